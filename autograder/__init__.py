@@ -1,0 +1,24 @@
+"""Checks for the attention-mechanisms course's nbgrader exercises.
+
+One module per assignment, named after the assignment with a ``ch`` prefix (Python
+names cannot start with a digit): ``01_nadaraya_watson`` -> ``autograder.ch01_nadaraya_watson``.
+Each module holds the course's reference implementations and the ``check_<part>``
+functions that the notebooks' test cells call. ``autograder.core`` is the shared machinery.
+"""
+
+__version__ = "0.1.0"
+
+import sys
+import warnings
+
+
+def _show_warning_on_stdout(message, category, filename, lineno, file=None, line=None):
+    """Print warnings on stdout: nbgrader gives 0 points to a graded cell that writes to stderr.
+
+    A correct answer that happens to trigger a PyTorch warning must keep its points, and
+    students should still see the warning, so importing ``autograder`` reroutes it.
+    """
+    sys.stdout.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+warnings.showwarning = _show_warning_on_stdout

@@ -1,0 +1,222 @@
+"""Machinery shared by every assignment's checks.
+
+A check calls the student's code on a series of *cases*. Each case knows how to
+describe itself in a failure message. Visible cases (the ones students see in the
+notebook) may show expected and actual values; hidden cases draw their inputs from a
+seed chosen at grading time and never reveal the reference answer, only what went
+wrong (shape, dtype, device, size and position of the error).
+
+Every check runs on the CPU and, where CUDA is present, on CUDA as well. It also
+replays the student's code on PyTorch's ``meta`` device, which catches tensors
+created on a fixed device even on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import torch
+
+# Errors that show a computation mixed tensors from two devices.
+_DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
+def devices() -> list[torch.device]:
+    """The real devices every check runs on: the CPU, plus CUDA when it is present."""
+    found = [torch.device("cpu")]
+    if torch.cuda.is_available():
+        found.append(torch.device("cuda"))
+    return found
+
+
+def new_seed() -> int:
+    """A fresh seed for a hidden case, drawn at grading time."""
+    return secrets.randbelow(2**31)
+
+
+def shape_of(x: Any) -> str:
+    """``(2, 3)`` for a tensor of that shape, the type name for anything else."""
+    if isinstance(x, torch.Tensor):
+        return str(tuple(x.shape))
+    return type(x).__name__
+
+
+@dataclass
+class Case:
+    """One call of a student's function, described for failure messages.
+
+    Attributes:
+        part: the graded name, e.g. ``"nadaraya_watson"``.
+        inputs: a short description of the inputs, e.g. ``"queries (4,), keys (6,)"``.
+        seed: the seed of a hidden case, ``None`` for a visible one.
+    """
+
+    part: str
+    inputs: str
+    seed: int | None = None
+
+    @property
+    def hidden(self) -> bool:
+        return self.seed is not None
+
+    def fail(self, problem: str) -> None:
+        """Raise the ``AssertionError`` a student reads, naming part, case and problem."""
+        where = f"hidden case (seed {self.seed})" if self.hidden else "case"
+        raise AssertionError(f"{self.part}: {problem}\n    {where}: {self.inputs}")
+
+    def check(self, condition: bool, problem: str) -> None:
+        """``fail(problem)`` unless ``condition`` holds."""
+        if not condition:
+            self.fail(problem)
+
+    def call(self, fn: Callable, *args, **kwargs):
+        """Call student code quietly: warnings are recorded, never printed.
+
+        nbgrader gives 0 to a graded cell with any output on stderr, so a correct
+        answer that triggers a PyTorch warning must not print it. ``NotImplementedError``
+        (an unanswered exercise) passes through unchanged; any other exception becomes an
+        ``AssertionError`` that says which case raised it, chained to the original.
+        """
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            try:
+                return fn(*args, **kwargs)
+            except NotImplementedError:
+                raise
+            except Exception as error:
+                self.fail(f"raised {type(error).__name__}: {error}")
+
+    def expect_tensor(self, name: str, actual: Any, *, shape, dtype, device) -> None:
+        """Check that ``actual`` is a tensor of the given shape, dtype and device."""
+        self.check(isinstance(actual, torch.Tensor), f"{name} should be a torch.Tensor, got {type(actual).__name__}")
+        self.check(tuple(actual.shape) == tuple(shape), f"{name} has shape {tuple(actual.shape)}, expected {tuple(shape)}")
+        self.check(actual.dtype == dtype, f"{name} has dtype {actual.dtype}, expected {dtype} (the dtype of the inputs)")
+        self.check(
+            actual.device.type == torch.device(device).type,
+            f"{name} is on device {actual.device}, expected {device} (the device of the inputs)",
+        )
+
+    def expect_close(self, name: str, actual: torch.Tensor, expected: torch.Tensor, *, atol=1e-5, rtol=1e-4) -> None:
+        """Check tensor type, shape, dtype, device and values against ``expected``."""
+        self.expect_tensor(name, actual, shape=expected.shape, dtype=expected.dtype, device=expected.device)
+        expected_nan = torch.isnan(expected)
+        self.check(
+            torch.equal(torch.isnan(actual), expected_nan),
+            f"{name} contains NaN where no NaN is expected" if torch.isnan(actual).any() else f"{name} is missing a NaN",
+        )
+        # Compare with NaN positions (already known to agree) set to zero.
+        actual_v, expected_v = actual.detach().nan_to_num(0.0), expected.detach().nan_to_num(0.0)
+        if torch.allclose(actual_v, expected_v, atol=atol, rtol=rtol):
+            return
+        error = (actual_v - expected_v).abs()
+        worst = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape)) if error.dim() else ()
+        problem = f"{name} has wrong values (largest error {error.max().item():.3g} at index {worst})"
+        if not self.hidden:
+            problem += f"\n    expected: {_short(expected)}\n    got:      {_short(actual)}"
+        self.fail(problem)
+
+    def expect_value_error(self, fn: Callable, argument: str, *args, **kwargs) -> None:
+        """Check that ``fn(*args, **kwargs)`` raises ``ValueError`` naming ``argument``."""
+        with warnings.catch_warnings(record=True):
+            warnings.simplefilter("always")
+            try:
+                fn(*args, **kwargs)
+            except NotImplementedError:
+                raise
+            except ValueError as error:
+                self.check(argument in str(error), f"the ValueError should name `{argument}`; its message was: {error}")
+                return
+            except Exception as error:
+                self.fail(f"should raise ValueError naming `{argument}`, raised {type(error).__name__}: {error}")
+        self.fail(f"should raise ValueError naming `{argument}`, but returned normally")
+
+
+def expect_own_code(case: Case, answer: Any) -> None:
+    """Fail if ``answer`` is the autograder's own reference rather than the student's code."""
+    module = getattr(answer, "__module__", "") or ""
+    case.check(
+        not module.startswith("autograder"),
+        f"is `{module}.{getattr(answer, '__name__', answer)}` from the autograder package; "
+        "write your own implementation in the notebook",
+    )
+
+
+def _short(t: torch.Tensor) -> str:
+    """A compact one-line rendering of a small tensor for visible-case messages."""
+    with torch.no_grad():
+        text = repr(t.detach().cpu()).replace("\n", " ")
+    return " ".join(text.split())[:400]
+
+
+@contextlib.contextmanager
+def unchanged(case: Case, **inputs: torch.Tensor) -> Iterator[None]:
+    """Check that the named input tensors are not modified inside the block."""
+    before = {name: t.detach().clone() for name, t in inputs.items()}
+    yield
+    for name, t in inputs.items():
+        case.check(
+            t.shape == before[name].shape and torch.equal(t.detach().nan_to_num(0), before[name].nan_to_num(0)),
+            f"modifies its input `{name}` in place; work on new tensors instead (e.g. x = x - 1, not x -= 1)",
+        )
+
+
+def to_device(args: Any, device: torch.device | str) -> Any:
+    """A copy of ``args`` (tensors, tuples, lists, dicts of them) moved to ``device``."""
+    if isinstance(args, torch.Tensor):
+        if torch.device(device).type == "meta":
+            return torch.empty_like(args, device="meta")
+        return args.to(device)
+    if isinstance(args, (tuple, list)):
+        return type(args)(to_device(a, device) for a in args)
+    if isinstance(args, dict):
+        return {k: to_device(v, device) for k, v in args.items()}
+    return args
+
+
+def tensors_in(result: Any) -> list[torch.Tensor]:
+    """Every tensor in a (possibly nested) result."""
+    if isinstance(result, torch.Tensor):
+        return [result]
+    if isinstance(result, (tuple, list)):
+        return [t for r in result for t in tensors_in(r)]
+    return []
+
+
+def check_on_meta(case: Case, fn: Callable, *args, **kwargs) -> None:
+    """Replay ``fn`` on the ``meta`` device to catch tensors created on a fixed device.
+
+    The ``meta`` device has shapes and dtypes but no data. If the code builds a tensor
+    with ``torch.zeros(n)`` (on the default device) and mixes it with its inputs, the
+    call fails with a device mismatch here even on a machine without a GPU. Operations
+    that need data (``.item()``, boolean indexing) are not possible on ``meta``; the
+    replay is then inconclusive and counts as passed.
+    """
+    meta_args, meta_kwargs = to_device(args, "meta"), to_device(kwargs, "meta")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        try:
+            result = fn(*meta_args, **meta_kwargs)
+        except (RuntimeError, NotImplementedError, TypeError, ValueError) as error:
+            if any(text in str(error) for text in _DEVICE_MISMATCH):
+                case.fail(_wrong_device_message(error))
+            return  # an operation meta tensors do not support: inconclusive
+    for t in tensors_in(result):
+        case.check(t.device.type == "meta", _wrong_device_message(f"returned a tensor on {t.device}"))
+
+
+def _wrong_device_message(detail: Any) -> str:
+    return (
+        "is not device-agnostic: it creates a tensor on a fixed device instead of the device of its "
+        f"inputs ({detail}). Pass device=x.device (and dtype=x.dtype), or use torch.zeros_like / x.new_zeros."
+    )
+
+
+def passed(part: str, cases: int, hidden: bool) -> None:
+    """Tell the student a check passed (on stdout, which nbgrader does not penalise)."""
+    kind = "hidden" if hidden else "visible"
+    where = " and ".join(d.type for d in devices())
+    print(f"✔ {part}: passed {cases} {kind} case{'s' if cases != 1 else ''} on {where}")
