@@ -399,7 +399,7 @@ def check_train_nw(fn, hidden: bool = False) -> None:
     """Check ``train_nw`` on the reference model: per-epoch losses and the fitted ``w``."""
     if hidden:
         rng = random.Random(new_seed())
-        runs = [(rng.randrange(2**31), rng.randint(20, 60), rng.randint(2, 8), round(rng.uniform(0.2, 1.0), 2)) for _ in range(2)]
+        runs = [(rng.randrange(2**31), rng.randint(20, 60), rng.randint(2, 8), round(rng.uniform(0.5, 1.5), 2)) for _ in range(2)]
     else:
         runs = [(None, 50, 5, 0.5)]
     for seed, n, epochs, w0 in runs:
@@ -431,7 +431,8 @@ def _check_one_training(case: Case, fn, x, y, epochs: int, w0: float) -> None:
         "(sum, not mean, of (model(x_train, keys, values) - y_train)² with leave-one-out keys and values)"
         + ("" if case.hidden else f"\n    expected: {_rounded(expected_before)}\n    got:      {_rounded(values)}"),
     )
-    case.check(values[-1] < values[0], f"the loss should fall during training, got {_rounded(values)}")
+    if expected_before[-1] < expected_before[0]:  # near w = 0 the loss can be flat: then no fall is owed
+        case.check(values[-1] < values[0], f"the loss should fall during training, got {_rounded(values)}")
     case.expect_close("the trained w", model.w.detach().reshape(()), reference.w.detach().reshape(()), rtol=1e-3)
 
 
