@@ -1,0 +1,39 @@
+# The course's two commands: `make book` and `make test` (each installs what it needs first).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
+
+.PHONY: install book test exercises benchmark clean
+
+install: $(STAMP)
+
+# A local virtual environment with pinned dependencies, d2l without its stale pins,
+# and this repository's autograder package (editable, so test cells import the live code).
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --no-deps d2l==1.0.3
+	$(BIN)/python -m pip install --quiet --no-deps --editable .
+	$(BIN)/python -c "import matplotlib.pyplot"  # build matplotlib's font cache once, quietly
+	touch $@
+
+# The rendered book, every chapter executed, warnings as errors: _build/html/index.html
+book: $(STAMP)
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+
+# The whole test suite (it builds the book too, in a temporary folder).
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+# Regenerate the student notebooks from solutions/ (commit the result).
+exercises: $(STAMP)
+	for a in $(ASSIGNMENTS); do PATH="$(abspath $(BIN)):$$PATH" nbgrader generate_assignment $$a --force || exit 1; done
+
+benchmark: $(STAMP)
+	$(BIN)/python benchmarks/book_build.py
+
+clean:
+	rm -rf _build gradebook.db

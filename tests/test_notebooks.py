@@ -1,0 +1,79 @@
+"""End-to-end tests of the assignments through nbgrader, as an instructor runs them."""
+
+import json
+import re
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from course import ASSIGNMENTS, ROOT, load, make_course, notebook, scores
+
+MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
+
+
+def total(grades):
+    return sum(score for score, _ in grades.values()), sum(most for _, most in grades.values())
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_solution_earns_full_marks(graded_course, assignment):
+    grades = scores(graded_course, assignment, "solution")
+    assert grades, "the source notebook has no graded cells"
+    lost = {part: grade for part, grade in grades.items() if grade[0] != grade[1]}
+    assert not lost, f"the solution loses points on {lost}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_correct_answers_that_warn_keep_their_points(graded_course, assignment):
+    grades = scores(graded_course, assignment, "warns")
+    score, most = total(grades)
+    assert score == most > 0, f"warnings cost points: {grades}"
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_unanswered_exercise_autogrades_to_zero(graded_course, assignment):
+    grades = scores(graded_course, assignment, "blank")
+    assert total(grades) == (0, total(scores(graded_course, assignment, "solution"))[1])
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_exercise_is_in_sync_with_its_solution(tmp_path, assignment):
+    """exercises/ is exactly what `nbgrader generate_assignment` makes from solutions/ today."""
+    regenerated = load(notebook(make_course(tmp_path) / "exercises", assignment))
+    committed = load(notebook(ROOT / "exercises", assignment))
+    assert committed == regenerated, (
+        f"exercises/{assignment} is stale or hand-edited: run `make exercises` and commit the result"
+    )
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_exercise_reveals_no_solution_and_no_hidden_test(assignment):
+    exercise = notebook(ROOT / "exercises", assignment).read_text()
+    for marker in MARKERS:
+        assert marker not in exercise, f"exercises/{assignment} contains `{marker}`"
+    assert "hidden=True" not in exercise, f"exercises/{assignment} contains a hidden test call"
+    for region in _solution_regions(load(notebook(ROOT / "solutions", assignment))):
+        for line in region:
+            assert json.dumps(line)[1:-1] not in exercise, f"exercises/{assignment} contains solution code: {line!r}"
+
+
+def _solution_regions(nb):
+    """The lines between BEGIN and END SOLUTION markers of every cell (code lines only)."""
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        for region in re.findall(r"### BEGIN SOLUTION\n(.*?)### END SOLUTION", source, flags=re.DOTALL):
+            yield [line.strip() for line in region.splitlines() if len(line.strip()) > 12]
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_unanswered_exercise_raises_only_not_implemented(tmp_path, assignment):
+    """Run top to bottom, the student notebook fails only where the student has work to do."""
+    nb = nbformat.read(notebook(ROOT / "exercises", assignment), as_version=4)
+    NotebookClient(nb, timeout=300, allow_errors=True, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [(cell, out) for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs]
+    errors = [out.ename for _, out in outputs if out.output_type == "error"]
+    assert errors, "nothing raised: does the exercise still contain the solutions?"
+    assert set(errors) == {"NotImplementedError"}, f"unexpected errors: {errors}"
+    stderr = [out.text for _, out in outputs if out.output_type == "stream" and out.name == "stderr"]
+    assert not stderr, f"the notebook writes to stderr: {stderr}"
