@@ -1,5 +1,6 @@
 """The book builds with warnings as errors, and every chapter has its assignment."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,3 +49,12 @@ def test_book_builds_and_every_chapter_has_figures(built_book):
             html = page.read_text()
             assert html.count("<img") >= 3, f"{chapter} has fewer than 3 figures"
             assert "Traceback (most recent call last)" not in html, f"{chapter} shows a traceback"
+            _assert_links_its_exercise(built_book, chapter, html)
+
+
+def _assert_links_its_exercise(built_book, chapter, html):
+    """The chapter offers the student notebook (not the solution) for download."""
+    links = re.findall(rf'href="\.\./(_downloads/[^"]*/{chapter}\.ipynb)"', html)
+    assert links, f"{chapter} does not link its exercise notebook"
+    downloaded = (built_book / links[0]).read_bytes()
+    assert downloaded == (ROOT / "exercises" / chapter / f"{chapter}.ipynb").read_bytes()
