@@ -14,6 +14,7 @@ created on a fixed device even on a machine without a GPU.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import secrets
 import warnings
 from dataclasses import dataclass
@@ -92,12 +93,12 @@ class Case:
 
     def expect_tensor(self, name: str, actual: Any, *, shape, dtype, device) -> None:
         """Check that ``actual`` is a tensor of the given shape, dtype and device."""
-        self.check(isinstance(actual, torch.Tensor), f"{name} should be a torch.Tensor, got {type(actual).__name__}")
-        self.check(tuple(actual.shape) == tuple(shape), f"{name} has shape {tuple(actual.shape)}, expected {tuple(shape)}")
-        self.check(actual.dtype == dtype, f"{name} has dtype {actual.dtype}, expected {dtype} (the dtype of the inputs)")
+        self.check(isinstance(actual, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(actual).__name__}")
+        self.check(tuple(actual.shape) == tuple(shape), f"{name}: shape {tuple(actual.shape)}, expected {tuple(shape)}")
+        self.check(actual.dtype == dtype, f"{name}: dtype {actual.dtype}, expected {dtype}")
         self.check(
             actual.device.type == torch.device(device).type,
-            f"{name} is on device {actual.device}, expected {device} (the device of the inputs)",
+            f"{name}: on device {actual.device.type}, expected {torch.device(device).type}",
         )
 
     def expect_close(self, name: str, actual: torch.Tensor, expected: torch.Tensor, *, atol=1e-5, rtol=1e-4) -> None:
@@ -106,7 +107,7 @@ class Case:
         expected_nan = torch.isnan(expected)
         self.check(
             torch.equal(torch.isnan(actual), expected_nan),
-            f"{name} contains NaN where no NaN is expected" if torch.isnan(actual).any() else f"{name} is missing a NaN",
+            f"{name}: NaN where none is expected" if torch.isnan(actual).any() else f"{name}: a NaN is missing",
         )
         # Compare with NaN positions (already known to agree) set to zero.
         actual_v, expected_v = actual.detach().nan_to_num(0.0), expected.detach().nan_to_num(0.0)
@@ -114,7 +115,7 @@ class Case:
             return
         error = (actual_v - expected_v).abs()
         worst = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape)) if error.dim() else ()
-        problem = f"{name} has wrong values (largest error {error.max().item():.3g} at index {worst})"
+        problem = f"{name}: wrong values (largest error {error.max().item():.3g} at index {worst})"
         if not self.hidden:
             problem += f"\n    expected: {_short(expected)}\n    got:      {_short(actual)}"
         self.fail(problem)
@@ -220,3 +221,162 @@ def passed(part: str, cases: int, hidden: bool) -> None:
     kind = "hidden" if hidden else "visible"
     where = " and ".join(d.type for d in devices())
     print(f"✔ {part}: passed {cases} {kind} case{'s' if cases != 1 else ''} on {where}")
+
+
+# --------------------------------------------------------------------------------------
+# Running a function over many cases
+# --------------------------------------------------------------------------------------
+
+
+def compare_on_cases(part: str, fn: Callable, reference: Callable, cases, names=("the output",), **tolerances) -> int:
+    """Call ``fn`` and ``reference`` on every case, on every device, and compare.
+
+    Args:
+        part: the graded name, for messages.
+        cases: iterable of ``(seed, description, args, kwargs)``; ``seed`` is ``None`` for a
+            visible case. Tensors in ``args``/``kwargs`` are moved to each device in turn.
+        names: what each returned tensor is called in messages; a function returning a
+            tuple ``(output, weights)`` has two names.
+
+    Checks that inputs are left unchanged, that the results match in shape, dtype, device
+    and values, and replays each case on the ``meta`` device. Returns the number of calls.
+    """
+    count = 0
+    for seed, description, args, kwargs in cases:
+        for device in devices():
+            case = Case(part, f"{description}, on {device.type}", seed)
+            expect_own_code(case, fn)
+            moved_args, moved_kwargs = to_device(args, device), to_device(kwargs, device)
+            with unchanged(case, **named_tensors(reference, moved_args, moved_kwargs)):
+                result = case.call(fn, *moved_args, **moved_kwargs)
+            expected = reference(*moved_args, **moved_kwargs)
+            expect_same_results(case, result, expected, names, **tolerances)
+            count += 1
+        check_on_meta(Case(part, f"{description}, on the meta device", seed), fn, *args, **kwargs)
+    return count
+
+
+def named_tensors(reference: Callable, args, kwargs) -> dict[str, torch.Tensor]:
+    """The tensor arguments of a call, by their names in the contract's signature."""
+    bound = inspect.signature(reference).bind(*args, **kwargs).arguments
+    return {name: value for name, value in bound.items() if isinstance(value, torch.Tensor)}
+
+
+def expect_same_results(case: Case, result, expected, names, **tolerances) -> None:
+    """Compare a tensor, or a tuple of tensors, with the reference's."""
+    if len(names) == 1:
+        case.expect_close(names[0], result, expected, **tolerances)
+        return
+    case.check(
+        isinstance(result, tuple) and len(result) == len(names),
+        f"should return a tuple ({', '.join(names)}), got {type(result).__name__}",
+    )
+    for name, got, want in zip(names, result, expected):
+        case.expect_close(name, got, want, **tolerances)
+
+
+# --------------------------------------------------------------------------------------
+# Memory: the largest tensor a call creates
+# --------------------------------------------------------------------------------------
+
+
+def largest_tensor_created(fn: Callable, *args, **kwargs) -> int:
+    """The number of elements of the largest tensor any operation inside ``fn`` creates."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Watch(TorchDispatchMode):
+        largest = 0
+
+        def __torch_dispatch__(self, func, types, op_args=(), op_kwargs=None):
+            out = func(*op_args, **(op_kwargs or {}))
+            for t in tensors_in(out):
+                Watch.largest = max(Watch.largest, t.numel())
+            return out
+
+    with warnings.catch_warnings(record=True), Watch():
+        warnings.simplefilter("always")
+        fn(*args, **kwargs)
+    return Watch.largest
+
+
+# --------------------------------------------------------------------------------------
+# Delegation: a graded part must not call a library implementation of itself
+# --------------------------------------------------------------------------------------
+
+
+def _library_attention() -> list[tuple[Any, str, str]]:
+    """``(owner, attribute, public name)`` of library attention a graded part may not call."""
+    import sys
+
+    import torch.nn.functional as F
+    from torch import nn
+
+    targets = [
+        (F, "scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
+        (torch._C._nn, "scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
+        (F, "multi_head_attention_forward", "torch.nn.functional.multi_head_attention_forward"),
+        (nn.MultiheadAttention, "forward", "torch.nn.MultiheadAttention"),
+    ]
+    d2l = sys.modules.get("d2l.torch")  # only if the student imported it: d2l is slow to import
+    for name in ("masked_softmax", "DotProductAttention", "AdditiveAttention", "MultiHeadAttention",
+                 "PositionalEncoding", "TransformerEncoderBlock"):
+        if d2l is not None and hasattr(d2l, name):
+            member = getattr(d2l, name)
+            targets.append((member, "forward", f"d2l.{name}") if isinstance(member, type) else (d2l, name, f"d2l.{name}"))
+    return targets
+
+
+def _globals_of(answer: Any) -> list[dict]:
+    """The global namespaces of a function, or of every method of a class."""
+    functions = [answer] if callable(answer) and hasattr(answer, "__globals__") else []
+    if isinstance(answer, type):
+        functions = [f for f in vars(answer).values() if hasattr(f, "__globals__")]
+    return [f.__globals__ for f in functions]
+
+
+@contextlib.contextmanager
+def tripwires(answer: Any) -> Iterator[list[str]]:
+    """Within the block, calls of library attention are recorded (and still carried out).
+
+    The library functions are replaced where they live and under any name the student's
+    module bound them to (``from torch.nn.functional import scaled_dot_product_attention``).
+    Yields the list of public names called.
+    """
+    called: list[str] = []
+    patched: list[tuple[Any, str, Any]] = []
+
+    def wire(original, public):
+        def tripwire(*args, **kwargs):
+            called.append(public)
+            return original(*args, **kwargs)
+
+        return tripwire
+
+    for owner, attribute, public in _library_attention():
+        original = getattr(owner, attribute)
+        patched.append((owner, attribute, original))
+        setattr(owner, attribute, wire(original, public))
+        for namespace in _globals_of(answer):
+            for name, value in list(namespace.items()):
+                if value is original:
+                    patched.append((namespace, name, value))
+                    namespace[name] = wire(original, public)
+    try:
+        yield called
+    finally:
+        for owner, attribute, original in reversed(patched):
+            if isinstance(owner, dict):
+                owner[attribute] = original
+            else:
+                setattr(owner, attribute, original)
+
+
+def expect_no_delegation(case: Case, answer: Any, *args, **kwargs) -> None:
+    """Withhold the points, saying why, if ``answer(*args)`` calls library attention."""
+    with tripwires(answer) as called:
+        case.call(answer, *args, **kwargs)
+    case.check(
+        not called,
+        f"calls {sorted(set(called))[0] if called else ''}: the contract asks you to implement this part "
+        "yourself rather than delegate its core to a library implementation, so its points are withheld",
+    )
