@@ -1,0 +1,184 @@
+"""Answers to assignment 03, right and wrong, for the checks' tests (tests/test_catalogues.py)."""
+
+import math
+
+import torch
+
+from autograder import ch03_masking as ch03
+
+# ---- correct answers, written differently from the reference ----
+
+
+def softmax_lengths(X, valid_lens):
+    if valid_lens is None:
+        return X.softmax(-1)
+    lens = valid_lens.reshape(X.shape[0], -1, 1)  # (batch, q or 1, 1)
+    allowed = torch.arange(X.shape[-1], device=X.device).expand_as(X) < lens  # (batch, q, k)
+    weights = X.masked_fill(~allowed, -math.inf).softmax(-1)
+    return torch.nan_to_num(weights, nan=0.0)  # all-masked rows: NaN -> 0
+
+
+def causal(num_queries, num_keys, device=None):
+    i = torch.arange(num_queries, device=device).unsqueeze(1)
+    j = torch.arange(num_keys, device=device).unsqueeze(0)
+    return j <= i
+
+
+def padding(valid_lens, num_keys):
+    positions = torch.arange(num_keys, device=valid_lens.device).expand(len(valid_lens), 1, num_keys)
+    return positions < valid_lens.view(-1, 1, 1)
+
+
+def window(num_queries, num_keys, radius):
+    band = torch.ones(num_queries, num_keys, dtype=torch.bool)
+    return band.triu(-radius) & band.tril(radius)  # diagonals -radius … +radius
+
+
+def attention_with_mask(queries, keys, values, mask=None):
+    if queries.size(-1) != keys.size(-1):
+        raise ValueError("keys must match the width of queries")
+    if values.size(-2) != keys.size(-2):
+        raise ValueError("values need one row per key")
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError("mask must be boolean")
+    scores = queries @ keys.mT / math.sqrt(queries.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)
+    return weights @ values, weights
+
+
+CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
+    (ch03.check_masked_softmax, softmax_lengths, ch03.masked_softmax),
+    (ch03.check_causal_mask, causal, ch03.causal_mask),
+    (ch03.check_padding_mask, padding, ch03.padding_mask),
+    (ch03.check_window_mask, window, ch03.window_mask),
+    (ch03.check_masked_attention, attention_with_mask, ch03.masked_attention),
+]
+
+# ---- wrong answers ----
+
+
+def _masked_with_zero(X, valid_lens):
+    if valid_lens is None:
+        return X.softmax(-1)
+    lens = valid_lens.reshape(X.shape[0], -1, 1)
+    allowed = torch.arange(X.shape[-1]).expand_as(X) < lens
+    return X.masked_fill(~allowed, 0.0).softmax(-1)  # masked scores of 0 still get weight
+
+
+def _large_negative_fill(X, valid_lens):
+    if valid_lens is None:
+        return X.softmax(-1)
+    lens = valid_lens.reshape(X.shape[0], -1, 1)
+    allowed = torch.arange(X.shape[-1]).expand_as(X) < lens
+    return X.masked_fill(~allowed, -1e6).softmax(-1)  # d2l's fill: an empty row becomes uniform
+
+
+def _off_by_one(X, valid_lens):
+    return softmax_lengths(X, None if valid_lens is None else valid_lens + 1)
+
+
+def _softmax_over_queries(X, valid_lens):
+    if valid_lens is None:
+        return X.softmax(1)
+    allowed = torch.arange(X.shape[-1]).expand_as(X) < valid_lens.reshape(X.shape[0], -1, 1)
+    return torch.nan_to_num(X.masked_fill(~allowed, -math.inf).softmax(1), nan=0.0)  # over queries
+
+
+def _writes_into_scores(X, valid_lens):
+    if valid_lens is not None:
+        lens = valid_lens.reshape(X.shape[0], -1, 1)
+        X[~(torch.arange(X.shape[-1], device=X.device).expand_as(X) < lens)] = -math.inf  # the caller's X
+    return torch.nan_to_num(X.softmax(-1), nan=0.0)
+
+
+def _delegates_to_pytorch(X, valid_lens):
+    positions = torch.arange(X.shape[-1], device=X.device)
+    mask = None if valid_lens is None else positions < valid_lens.reshape(X.shape[0], -1, 1)
+    identity = torch.eye(X.shape[-1], dtype=X.dtype, device=X.device).expand(X.shape[0], -1, -1)
+    # SDPA with keys = I·√k reproduces X's scores; its output is then the weights themselves
+    return torch.nn.functional.scaled_dot_product_attention(X, identity * math.sqrt(X.shape[-1]), identity, attn_mask=mask)
+
+
+def _strict_causal(num_queries, num_keys, device=None):
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(-1)  # j < i
+
+
+def _transposed_causal(num_queries, num_keys, device=None):
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).triu()  # j >= i
+
+
+def _float_causal(num_queries, num_keys, device=None):
+    return torch.ones(num_queries, num_keys, device=device).tril()  # 1.0/0.0, not bool
+
+
+def _causal_ignores_device(num_queries, num_keys, device=None):
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril()
+
+
+def _padding_on_default_device(valid_lens, num_keys):
+    return torch.arange(num_keys) < valid_lens[:, None, None]  # arange on the CPU
+
+
+def _padding_without_query_axis(valid_lens, num_keys):
+    return torch.arange(num_keys, device=valid_lens.device) < valid_lens[:, None]  # (batch, k)
+
+
+def _window_one_sided(num_queries, num_keys, radius):
+    i, j = torch.arange(num_queries)[:, None], torch.arange(num_keys)[None, :]
+    return (i - j >= 0) & (i - j <= radius)  # forgets the keys after the query
+
+
+def _mask_with_zero(queries, keys, values, mask=None):
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError("mask must be boolean")
+    scores = queries @ keys.mT / math.sqrt(queries.size(-1))
+    weights = (scores * (mask if mask is not None else 1)).softmax(-1)  # zeroed scores still get weight
+    return weights @ values, weights
+
+
+def _nan_on_empty_rows(queries, keys, values, mask=None):
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError("mask must be boolean")
+    scores = queries @ keys.mT / math.sqrt(queries.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.softmax(-1)  # all -inf rows: NaN
+    return weights @ values, weights
+
+
+def _accepts_float_masks(queries, keys, values, mask=None):
+    return attention_with_mask(queries, keys, values, None if mask is None else mask.bool())
+
+
+def _unscaled_masked(queries, keys, values, mask=None):
+    return attention_with_mask(queries * math.sqrt(queries.size(-1)), keys, values, mask)
+
+
+def _sdpa_masked(queries, keys, values, mask=None):
+    attention_with_mask(queries, keys, values, mask)  # argument checks
+    output = torch.nn.functional.scaled_dot_product_attention(queries, keys, values, attn_mask=mask)
+    return output.nan_to_num(0.0), attention_with_mask(queries, keys, values, mask)[1]
+
+
+WRONG = [  # (name, check, answer, only the hidden cases catch it)
+    ("masking with 0 instead of -inf", ch03.check_masked_softmax, _masked_with_zero, False),
+    ("-1e6 fill: uniform weights on an empty row", ch03.check_masked_softmax, _large_negative_fill, False),
+    ("off-by-one valid lengths", ch03.check_masked_softmax, _off_by_one, False),
+    ("softmax over the wrong axis", ch03.check_masked_softmax, _softmax_over_queries, False),
+    ("in-place write into the caller's scores", ch03.check_masked_softmax, _writes_into_scores, False),
+    ("delegates to F.scaled_dot_product_attention", ch03.check_masked_softmax, _delegates_to_pytorch, False),
+    ("strict causal mask", ch03.check_causal_mask, _strict_causal, False),
+    ("transposed causal mask", ch03.check_causal_mask, _transposed_causal, False),
+    ("float mask where bool is required", ch03.check_causal_mask, _float_causal, False),
+    ("causal mask ignores device", ch03.check_causal_mask, _causal_ignores_device, False),
+    ("mask built on the wrong device", ch03.check_padding_mask, _padding_on_default_device, False),
+    ("padding mask without the query axis", ch03.check_padding_mask, _padding_without_query_axis, False),
+    ("window on one side only", ch03.check_window_mask, _window_one_sided, False),
+    ("masked attention masking with 0", ch03.check_masked_attention, _mask_with_zero, False),
+    ("NaN on a query with no allowed key", ch03.check_masked_attention, _nan_on_empty_rows, False),
+    ("float mask accepted", ch03.check_masked_attention, _accepts_float_masks, False),
+    ("masked attention without 1/√d", ch03.check_masked_attention, _unscaled_masked, False),
+    ("delegates to F.scaled_dot_product_attention", ch03.check_masked_attention, _sdpa_masked, False),
+]
