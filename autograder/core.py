@@ -93,7 +93,8 @@ class Case:
 
     def expect_tensor(self, name: str, actual: Any, *, shape, dtype, device) -> None:
         """Check that ``actual`` is a tensor of the given shape, dtype and device."""
-        self.check(isinstance(actual, torch.Tensor), f"{name}: expected a torch.Tensor, got {type(actual).__name__}")
+        # Exactly a tensor: a subclass could redefine comparisons to always succeed.
+        self.check(type(actual) in (torch.Tensor, torch.nn.Parameter), f"{name}: expected a torch.Tensor, got {type(actual).__name__}")
         self.check(tuple(actual.shape) == tuple(shape), f"{name}: shape {tuple(actual.shape)}, expected {tuple(shape)}")
         self.check(actual.dtype == dtype, f"{name}: dtype {actual.dtype}, expected {dtype}")
         self.check(
