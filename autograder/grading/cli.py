@@ -1,0 +1,209 @@
+"""``python -m autograder grade ASSIGNMENT``: grade every submission, in parallel, in sandboxes.
+
+Each submission is graded by a worker process of its own, whose kernel runs in the
+sandbox (``sandbox.py``). The main process is the only one that writes: after each
+submission it records the scores in the gradebook, then a state file with the
+submission's fingerprint, and at the end the CSV. A run that is killed and started again
+regrades exactly the submissions without an up-to-date state file, so nothing is lost
+and nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import multiprocessing
+import os
+import sys
+import time
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
+
+import nbformat
+
+from .. import __version__
+from .grade import STATUSES, PartResult, grade_submission
+from .gradebook import Course, blank_answers, ensure_assignment, read_timestamp, record, write_csv
+from .notebooks import UnreadableNotebook, parts_of, read_submission
+from .sandbox import Limits, SandboxUnavailable, check_bubblewrap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="Grade nbgrader submissions of the course.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    grade = commands.add_parser("grade", help="grade every submission of an assignment")
+    grade.add_argument("assignment", help="assignment id, e.g. 03_masking")
+    grade.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
+    grade.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="submissions graded at once (default: cores)")
+    grade.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto", help="where the checks run (default: auto)")
+    grade.add_argument("--timeout", type=float, default=120.0, help="seconds one cell may run (default: 120)")
+    grade.add_argument("--notebook-timeout", type=float, default=None, help="seconds one notebook may run (default: 5 x --timeout)")
+    grade.add_argument("--memory-mb", type=int, default=4096, help="memory of one submission's kernel (default: 4096)")
+    grade.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
+    grade.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (unsafe)")
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.timeout <= 0 or args.memory_mb < 256:
+        parser.error("--workers must be >= 1, --timeout > 0 and --memory-mb >= 256")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # nbgrader creates a new gradebook with the `alembic` command of this environment
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    try:
+        return grade_assignment(args)
+    except (SandboxUnavailable, FileNotFoundError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def grade_assignment(args: argparse.Namespace) -> int:
+    """Grade new and changed submissions of ``args.assignment``; print a summary."""
+    started = time.monotonic()
+    course = Course.open(args.course_dir)
+    source_path = course.source_notebook(args.assignment)
+    limits = _limits(args)
+    ensure_assignment(course, args.assignment, source_path)
+    students = course.students(args.assignment)
+    if not students:
+        raise FileNotFoundError(f"no submissions of {args.assignment} under {course.root / course.coursedir.submitted_directory}")
+    fingerprints = {s: _fingerprint(course, args.assignment, s, source_path) for s in students}
+    todo = [s for s in students if args.force or _state(course, args.assignment, s).get("fingerprint") != fingerprints[s]]
+    print(f"{args.assignment}: {len(students)} submissions, {len(todo)} to grade "
+          f"({len(students) - len(todo)} unchanged), {args.workers} workers, device {limits.device}, "
+          f"sandbox {'on' if limits.sandbox else 'OFF'}", flush=True)
+    progress = _Progress(len(todo))
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=args.workers, mp_context=context) as pool:
+        jobs = {pool.submit(_grade_one, course.root, args.assignment, s, str(source_path), limits): s for s in todo}
+        for job in as_completed(jobs):
+            student = jobs[job]
+            results = _collect(job, source_path)
+            _save(course, args.assignment, student, source_path, results, fingerprints[student])
+            progress.step(student, results)
+    rows = _rows(course, args.assignment, students)
+    csv_path = course.root / "grades" / f"{args.assignment}.csv"
+    write_csv(csv_path, rows)
+    _summary(rows, len(todo), len(students) - len(todo), time.monotonic() - started, csv_path, course.db_url)
+    return 0
+
+
+def _limits(args: argparse.Namespace) -> Limits:
+    import torch
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA device is available here")
+    if not args.no_sandbox:
+        check_bubblewrap()
+    threads = max(1, (os.cpu_count() or 1) // args.workers)
+    notebook_seconds = args.notebook_timeout or 5 * args.timeout
+    return Limits(cell_seconds=args.timeout, notebook_seconds=notebook_seconds, memory_mb=args.memory_mb,
+                  threads=threads, device=device, sandbox=not args.no_sandbox)
+
+
+def _grade_one(root: Path, assignment: str, student: str, source_path: str, limits: Limits) -> list[dict]:
+    """In a worker process: grade one student, store the autograded notebook, return rows."""
+    course = Course.open(root)
+    source = nbformat.read(source_path, as_version=4)
+    submitted = course.folder("submitted", assignment, student)
+    results, autograded = grade_submission(source, submitted / Path(source_path).name, limits)
+    if autograded is not None:
+        folder = course.folder("autograded", assignment, student)
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{Path(source_path).name}.partial"
+        nbformat.write(autograded, str(partial))
+        os.replace(partial, folder / Path(source_path).name)
+        if (submitted / "timestamp.txt").exists():
+            (folder / "timestamp.txt").write_text((submitted / "timestamp.txt").read_text())
+    return [r.as_dict() for r in results]
+
+
+def _collect(job, source_path: Path) -> list[PartResult]:
+    """A worker's results; if the worker itself failed, every part is an error saying why."""
+    try:
+        return [PartResult(**row) for row in job.result()]
+    except Exception as error:
+        parts = parts_of(nbformat.read(source_path, as_version=4))
+        return [PartResult(p.grade_id, 0.0, p.points, "error", f"grader error: {type(error).__name__}: {error}") for p in parts]
+
+
+def _save(course: Course, assignment: str, student: str, source_path: Path, results: list[PartResult], fingerprint: str) -> None:
+    """Gradebook first, then the state file that marks the submission as done."""
+    source = nbformat.read(source_path, as_version=4)
+    submitted = course.folder("submitted", assignment, student)
+    try:
+        submission = read_submission(submitted / source_path.name)
+    except (UnreadableNotebook, OSError):
+        submission = None
+    record(course, assignment, source_path.stem, student, results, blank_answers(source, submission),
+           read_timestamp(submitted))
+    state = {"fingerprint": fingerprint, "results": [r.as_dict() for r in results]}
+    path = _state_path(course, assignment, student)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".partial").write_text(json.dumps(state))
+    os.replace(path.with_suffix(".partial"), path)
+
+
+def _fingerprint(course: Course, assignment: str, student: str, source_path: Path) -> str:
+    """A hash of everything a grade depends on: the submission, the source, the grader."""
+    digest = hashlib.sha256(f"{__version__}\n".encode())
+    digest.update(source_path.read_bytes())
+    folder = course.folder("submitted", assignment, student)
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _state_path(course: Course, assignment: str, student: str) -> Path:
+    return course.root / "grades" / ".state" / assignment / f"{student}.json"
+
+
+def _state(course: Course, assignment: str, student: str) -> dict:
+    try:
+        return json.loads(_state_path(course, assignment, student).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _rows(course: Course, assignment: str, students: list[str]) -> list[dict]:
+    """One CSV row per student and part, from the state files."""
+    rows = []
+    for student in students:
+        for result in _state(course, assignment, student).get("results", []):
+            rows.append({"student": student, "assignment": assignment, **result})
+    return rows
+
+
+class _Progress:
+    """A progress bar on a terminal, one line per submission otherwise."""
+
+    def __init__(self, total: int):
+        self.total, self.done, self.started = total, 0, time.monotonic()
+        self.tty = sys.stderr.isatty()
+
+    def step(self, student: str, results: list[PartResult]) -> None:
+        self.done += 1
+        score = sum(r.score for r in results)
+        best = sum(r.max_score for r in results)
+        elapsed = time.monotonic() - self.started
+        if self.tty:
+            filled = int(30 * self.done / max(1, self.total))
+            print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {elapsed:5.0f} s  "
+                  f"{student}: {score:g}/{best:g}   ", end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+        else:
+            print(f"[{self.done}/{self.total}] {student}: {score:g}/{best:g} ({elapsed:.0f} s)", flush=True)
+
+
+def _summary(rows: list[dict], graded: int, unchanged: int, seconds: float, csv_path: Path, db_url: str) -> None:
+    statuses = Counter(row["status"] for row in rows)
+    parts = ", ".join(f"{statuses[s]} {s}" for s in STATUSES if statuses[s])
+    print(f"graded {graded} submissions in {seconds:.1f} s ({unchanged} unchanged, not regraded)")
+    print(f"parts: {parts or 'none'}")
+    print(f"grades: {csv_path}\ngradebook: {db_url}")
