@@ -1,0 +1,227 @@
+"""Crafted submissions of ``03_masking`` for the grading command's adversarial catalogue.
+
+Each entry builds one student's notebook from the instructor's solution and says what
+grade every part must get. The parts of 03_masking are masked_softmax (2 points),
+causal_mask (1), padding_mask (1), window_mask (1) and masked_attention (3);
+masked_attention's visible test uses the student's causal_mask, so the crafted mistakes
+go into masked_softmax, padding_mask and window_mask, which nothing else uses.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import textwrap
+from pathlib import Path
+
+import nbformat
+import torch
+
+from conftest import with_warnings
+
+ASSIGNMENT = "03_masking"
+PARTS = ["test_masked_softmax", "test_causal_mask", "test_padding_mask", "test_window_mask", "test_masked_attention"]
+POINTS = {"test_masked_softmax": 2, "test_causal_mask": 1, "test_padding_mask": 1, "test_window_mask": 1,
+          "test_masked_attention": 3}
+
+WRONG_WINDOW = """
+def window_mask(num_queries, num_keys, radius):
+    i = torch.arange(num_queries)[:, None]
+    j = torch.arange(num_keys)[None, :]
+    return (i - j).abs() < radius  # off by one
+"""
+RIGHT_WINDOW = """
+def window_mask(num_queries, num_keys, radius):
+    i = torch.arange(num_queries)[:, None]
+    j = torch.arange(num_keys)[None, :]
+    return (i - j).abs() <= radius
+"""
+WRONG_PADDING = """
+def padding_mask(valid_lens, num_keys):
+    return torch.arange(num_keys, device=valid_lens.device) <= valid_lens[:, None, None]  # off by one
+"""
+RIGHT_PADDING = """
+def padding_mask(valid_lens, num_keys):
+    return torch.arange(num_keys, device=valid_lens.device) < valid_lens[:, None, None]
+"""
+
+
+def cells_with(nb: dict, grade_id: str) -> list[dict]:
+    return [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id]
+
+
+def answer(nb: dict, grade_id: str, code: str) -> dict:
+    """A copy of ``nb`` whose answer cell ``grade_id`` holds ``code``."""
+    nb = copy.deepcopy(nb)
+    cells_with(nb, grade_id)[0]["source"] = textwrap.dedent(code).strip() + "\n"
+    return nb
+
+
+def expect(**changes: str) -> dict[str, str]:
+    """Every part ``passed`` except those named (by the answer's name) with another status."""
+    return {part: changes.get(part.removeprefix("test_"), "passed") for part in PARTS}
+
+
+def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str, tuple[object, dict[str, str]]]:
+    """``{student: (notebook JSON text, dict or None, {part: expected status})}``.
+
+    ``notebook`` is a dict (written as JSON), a string (written as is: malformed files),
+    or ``None`` for a submission folder without the notebook.
+    """
+    entries: dict[str, tuple[object, dict[str, str]]] = {}
+
+    def add(student, notebook, expected):
+        entries[student] = (notebook, expected)
+
+    # 1. honest work
+    add("correct", solution, expect())
+    add("blank", blank, {p: "failed" for p in PARTS})
+    partial = answer(answer(solution, "window_mask", WRONG_WINDOW), "masked_softmax",
+                     "def masked_softmax(X, valid_lens):\n    raise NotImplementedError()")
+    add("partial", partial, expect(masked_softmax="failed", window_mask="failed"))
+    add("warns", with_warnings(solution), expect())
+
+    # 2. edited notebooks
+    edited = answer(solution, "window_mask", WRONG_WINDOW)
+    cells_with(edited, "test_window_mask")[0]["source"] = "pass\n"
+    add("edited_test", edited, expect(window_mask="failed"))
+    deleted = answer(solution, "padding_mask", WRONG_PADDING)
+    deleted["cells"].remove(cells_with(deleted, "test_padding_mask")[0])
+    add("deleted_test", deleted, expect(padding_mask="failed"))
+    retyped = copy.deepcopy(solution)
+    cell = cells_with(retyped, "window_mask")[0]
+    cell["cell_type"] = "markdown"
+    cell.pop("outputs", None), cell.pop("execution_count", None)
+    add("changed_cell_type", retyped, expect(window_mask="failed"))
+    duplicated = answer(solution, "window_mask", WRONG_WINDOW)
+    index = duplicated["cells"].index(cells_with(duplicated, "window_mask")[0])
+    second = copy.deepcopy(cells_with(solution, "window_mask")[0])
+    fake_test = copy.deepcopy(cells_with(solution, "test_padding_mask")[0])
+    fake_test["source"] = "print('all good')\n"
+    duplicated["cells"][index + 1:index + 1] = [second, fake_test]
+    add("duplicated_ids", duplicated, expect())
+    points = copy.deepcopy(solution)
+    cells_with(points, "test_masked_attention")[0]["metadata"]["nbgrader"]["points"] = 100
+    add("edited_points", points, expect())
+
+    # 3. broken files
+    add("malformed_json", '{"cells": [ this is not json', {p: "error" for p in PARTS})
+    old = nbformat.convert(nbformat.reads(json.dumps(solution), as_version=4), 3)
+    add("old_nbformat", nbformat.writes(old, version=3), expect())
+    add("missing_notebook", None, {p: "missing" for p in PARTS})
+    add("empty_folder", None, {p: "missing" for p in PARTS})
+
+    # 4. runaway code
+    add("infinite_loop", answer(solution, "window_mask", "def window_mask(q, k, radius):\n    while True:\n        pass"),
+        expect(window_mask="timeout"))
+    add("calls_input", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n    return input('?')"),
+        expect(padding_mask="error"))  # IPython's StdinNotImplementedError
+    add("huge_allocation", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n"
+                                  "    waste = torch.ones(50 * 2**30 // 4)  # 50 GB, touched\n"
+                                  "    return torch.arange(num_keys) < valid_lens[:, None, None]"),
+        expect(padding_mask="failed"))
+    add("output_flood", answer(solution, "window_mask", RIGHT_WINDOW + "\nfor _ in range(200):\n    print('x' * 100_000)\n"),
+        expect())
+
+    # 5. exits
+    add("sys_exit", answer(solution, "window_mask", "import sys\nsys.exit()\n" + RIGHT_WINDOW), expect(window_mask="error"))
+    add("os_exit", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n    import os\n    os._exit(0)"),
+        expect(padding_mask="error"))
+    add("kills_kernel", answer(solution, "window_mask", RIGHT_WINDOW + "\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+        expect(window_mask="error"))
+
+    # 6. tampering with the checks (each with a wrong answer that tampering would hide)
+    patches = {
+        "patches_allclose": "torch.allclose = lambda *args, **kwargs: True\ntorch.equal = lambda *args, **kwargs: True",
+        "patches_assert_close": "torch.testing.assert_close = lambda *args, **kwargs: None",
+        "patches_assertion_error": "import builtins\nbuiltins.AssertionError = KeyboardInterrupt",
+        "patches_autograder": "from autograder import ch03_masking\nch03_masking.check_window_mask = lambda *a, **k: None",
+        "patches_traceback": "get_ipython().showtraceback = lambda *args, **kwargs: None",
+        "patches_via_alias": "library = torch\nsetattr(library, 'equal', lambda *a, **k: True)\n"
+                             "setattr(library, 'allclose', lambda *a, **k: True)",
+    }
+    for student, patch in patches.items():
+        add(student, answer(solution, "window_mask", WRONG_WINDOW + "\n" + patch), expect(window_mask="tampered"))
+    add("tensor_subclass", answer(solution, "window_mask", _always_equal_tensors()), expect(window_mask="failed"))
+
+    # 7. escaping the sandbox: each cheat works only where the sandbox would leak
+    def secret(path: Path) -> str:
+        """A right window_mask if ``path`` can be read, a wrong one otherwise."""
+        return f"""
+        try:
+            open({str(path)!r}, 'rb').read(1)
+            {RIGHT_WINDOW.strip().replace(chr(10), chr(10) + '            ')}
+        except OSError:
+            {WRONG_WINDOW.strip().replace(chr(10), chr(10) + '            ')}
+        """
+
+    add("reads_solutions", answer(solution, "window_mask", secret(course / "solutions" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")),
+        expect(window_mask="failed"))
+    add("reads_gradebook", answer(solution, "window_mask", secret(course / "gradebook.db")), expect(window_mask="failed"))
+    add("reads_other_student", answer(solution, "window_mask",
+                                      secret(course / "submitted" / "correct" / ASSIGNMENT / f"{ASSIGNMENT}.ipynb")),
+        expect(window_mask="failed"))
+    writes = f"""
+        for target in [{str(course / 'pwned.txt')!r}, {str(course / 'gradebook.db')!r},
+                       {str(course / 'submitted' / 'correct' / ASSIGNMENT / (ASSIGNMENT + '.ipynb'))!r}]:
+            try:
+                with open(target, 'a') as handle:
+                    handle.write('overwritten')
+            except OSError:
+                pass
+        """
+    add("writes_outside", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent(writes)), expect())
+    network = f"""
+        import socket
+        try:
+            socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'leak')
+            {RIGHT_WINDOW.strip().replace(chr(10), chr(10) + '            ')}
+        except OSError:
+            {WRONG_WINDOW.strip().replace(chr(10), chr(10) + '            ')}
+        """
+    add("opens_network", answer(solution, "window_mask", network), expect(window_mask="failed"))
+
+    # 8. answers hard-coded to the visible cases
+    add("hard_coded", answer(solution, "window_mask", _hard_coded_window()), expect(window_mask="failed"))
+    return entries
+
+
+def _always_equal_tensors() -> str:
+    """A tensor subclass whose ``==`` is always true, built without names the scan flags."""
+    return textwrap.dedent("""
+        Base = torch.Tensor
+        class AlwaysEqual(Base):
+            def __eq__(self, other):
+                return True
+        def window_mask(num_queries, num_keys, radius):
+            return AlwaysEqual(torch.zeros(num_queries, num_keys, dtype=torch.bool))
+        """)
+
+
+def _hard_coded_window() -> str:
+    """``window_mask`` as a table of the visible cases' answers, zeros for anything else."""
+    table = {}
+    for q, k in [(4, 4), (3, 5), (5, 3), (1, 1), (3, 3)]:
+        for radius in (0, 1, 2, max(q, k)):
+            i, j = torch.arange(q)[:, None], torch.arange(k)[None, :]
+            table[(q, k, radius)] = ((i - j).abs() <= radius).tolist()
+    return f"TABLE = {table!r}\n\ndef window_mask(num_queries, num_keys, radius):\n" \
+           f"    key = (num_queries, num_keys, radius)\n" \
+           f"    if key in TABLE:\n        return torch.tensor(TABLE[key])\n" \
+           f"    return torch.zeros(num_queries, num_keys, dtype=torch.bool)\n"
+
+
+def write(course: Path, student: str, notebook) -> None:
+    """Place ``student``'s submission in nbgrader's ``submitted/`` layout."""
+    folder = course / "submitted" / student / ASSIGNMENT
+    folder.mkdir(parents=True, exist_ok=True)
+    if student == "missing_notebook":
+        (folder / "my_work.ipynb").write_text(json.dumps(notebook or {}))
+    elif notebook is None:
+        return
+    elif isinstance(notebook, str):
+        (folder / f"{ASSIGNMENT}.ipynb").write_text(notebook)
+    else:
+        (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(notebook))
+    (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
+

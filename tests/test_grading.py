@@ -1,0 +1,194 @@
+"""The instructors' grading command, ``python -m autograder grade``, against crafted submissions.
+
+One course holds the whole adversarial catalogue of ``submissions.py`` and is graded in
+one run, so every crafted submission is graded beside the others: each must get the
+right grade for every part, and none may change anything outside its sandbox.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import submissions as S
+from course import load, make_course, nbgrader, notebook
+
+A = S.ASSIGNMENT
+
+
+def grade(course: Path, *options: str) -> subprocess.CompletedProcess:
+    """Run the grading command on ``course``; fail with its output if it fails."""
+    command = [sys.executable, "-m", "autograder", "grade", A, "--course-dir", str(course), *options]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    assert result.returncode == 0, f"grading failed:\n{result.stdout}\n{result.stderr}"
+    return result
+
+
+def read_rows(course: Path) -> dict[tuple[str, str], dict]:
+    """``{(student, part): row}`` of ``grades/<assignment>.csv``."""
+    with (course / "grades" / f"{A}.csv").open(newline="") as handle:
+        return {(row["student"], row["part"]): row for row in csv.DictReader(handle)}
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class Listener:
+    """A TCP server on localhost that counts the connections it receives."""
+
+    def __init__(self):
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.5)
+        self.port = self.server.getsockname()[1]
+        self.connections = 0
+        self.running = True
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while self.running:
+            try:
+                self.server.accept()[0].close()
+                self.connections += 1
+            except OSError:
+                pass
+
+    def close(self):
+        self.running = False
+        self.server.close()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The catalogue, graded once with two workers and a 15 s cell limit."""
+    course = make_course(tmp_path_factory.mktemp("grading"))
+    listener = Listener()
+    solution, blank = load(notebook(course / "solutions", A)), load(notebook(course / "exercises", A))
+    entries = S.catalogue(solution, blank, course, listener.port)
+    for student, (nb, _) in entries.items():
+        S.write(course, student, nb)
+    guarded = [notebook(course / "solutions", A), notebook(course / "submitted" / "correct", A)]
+    before = {path: digest(path) for path in guarded}
+    started = time.monotonic()
+    result = grade(course, "--workers", "2", "--timeout", "15")
+    print(f"graded {len(entries)} crafted submissions in {time.monotonic() - started:.0f} s")
+    yield course, entries, result, listener, before
+    listener.close()
+
+
+def test_every_crafted_submission_gets_the_right_grade_for_every_part(graded):
+    course, entries, _, _, _ = graded
+    rows = read_rows(course)
+    wrong = []
+    for student, (_, expected) in entries.items():
+        for part, status in expected.items():
+            row = rows.get((student, part))
+            score = S.POINTS[part] if status == "passed" else 0
+            got = (row["status"], float(row["score"]), float(row["max_score"])) if row else None
+            if got != (status, score, S.POINTS[part]):
+                wrong.append(f"{student} {part}: expected {status} {score}/{S.POINTS[part]}, got {got} "
+                             f"({row and row['message'][:200]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_messages_say_what_went_wrong(graded):
+    course, _, _, _, _ = graded
+    rows = read_rows(course)
+    assert "not answered" in rows[("blank", "test_causal_mask")]["message"]
+    assert "window_mask" in rows[("partial", "test_window_mask")]["message"]
+    assert "time limit" in rows[("infinite_loop", "test_window_mask")]["message"] or \
+        "longer than" in rows[("infinite_loop", "test_window_mask")]["message"]
+    assert "torch.allclose" in rows[("patches_allclose", "test_window_mask")]["message"]
+    assert "changed torch" in rows[("patches_via_alias", "test_window_mask")]["message"]
+    assert "not valid notebook JSON" in rows[("malformed_json", "test_causal_mask")]["message"]
+
+
+def test_nothing_outside_a_sandbox_was_read_written_or_contacted(graded):
+    course, _, _, listener, before = graded
+    assert not (course / "pwned.txt").exists()
+    assert {path: digest(path) for path in before} == before
+    assert listener.connections == 0
+
+
+def test_nbgrader_export_and_feedback_work_on_the_gradebook(graded):
+    course, entries, _, _, _ = graded
+    rows = read_rows(course)
+    nbgrader(course, "export")
+    with (course / "grades.csv").open(newline="") as handle:
+        exported = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle) if row["assignment"] == A}
+    totals = {s: sum(float(rows[(s, p)]["score"]) for p in S.PARTS) for s in entries}
+    assert exported == totals
+    nbgrader(course, "generate_feedback", A, "--student", "partial")
+    html = (course / "feedback" / "partial" / A / f"{A}.html").read_text()
+    assert "window_mask" in html and "BEGIN HIDDEN TESTS" not in html and "hidden=True" not in html
+
+
+def test_a_flood_of_output_is_cut_off(graded):
+    course, _, _, _, _ = graded
+    path = notebook(course / "autograded" / "output_flood", A)
+    assert path.stat().st_size < 5_000_000
+    assert "[output cut off" in path.read_text()
+
+
+def test_unchanged_submissions_are_not_graded_again(graded):
+    course, entries, _, _, _ = graded
+    result = grade(course, "--workers", "2")
+    assert f"{len(entries)} submissions, 0 to grade" in result.stdout
+    assert "graded 0 submissions" in result.stdout
+
+
+def test_a_killed_run_resumes_to_the_grades_of_an_uninterrupted_one(tmp_path):
+    course = make_course(tmp_path)
+    solution, blank = load(notebook(course / "solutions", A)), load(notebook(course / "exercises", A))
+    expected = {"ada": 8.0, "ben": 0.0, "cy": 8.0, "dee": 0.0}
+    for student, total in expected.items():
+        S.write(course, student, solution if total else blank)
+    command = [sys.executable, "-m", "autograder", "grade", A, "--course-dir", str(course), "--workers", "1"]
+    run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    states = course / "grades" / ".state" / A
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and len(list(states.glob("*.json"))) < 1 and run.poll() is None:
+        time.sleep(0.2)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.wait()
+    done = len(list(states.glob("*.json")))
+    assert 1 <= done < len(expected), "the run should have been killed halfway"
+    result = grade(course, "--workers", "1")
+    assert f"{len(expected) - done} to grade" in result.stdout
+    rows = read_rows(course)
+    assert len(rows) == len(expected) * len(S.PARTS)
+    assert {s: sum(float(rows[(s, p)]["score"]) for p in S.PARTS) for s in expected} == expected
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
+        submissions = gradebook.find_assignment(A).submissions
+        assert sorted(s.student.id for s in submissions) == sorted(expected)
+        assert {s.student.id: s.score for s in submissions} == expected
+
+
+def test_bad_arguments_get_clear_errors(tmp_path):
+    command = [sys.executable, "-m", "autograder", "grade", A, "--course-dir", str(tmp_path)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode != 0 and "source notebook" in (result.stdout + result.stderr)
+    result = subprocess.run(command + ["--workers", "0"], capture_output=True, text=True)
+    assert result.returncode == 2 and "--workers" in result.stderr
+
+
+@pytest.mark.parametrize("assignment", sorted(p.name for p in (Path(__file__).parents[1] / "solutions").iterdir()))
+def test_the_scan_never_flags_the_reference_solutions(assignment):
+    from autograder.grading.scan import scan
+
+    source = load(notebook(Path(__file__).parents[1] / "solutions", assignment))
+    answers = ["".join(c["source"]) for c in source["cells"] if c["cell_type"] == "code" and
+               c["metadata"].get("nbgrader", {}).get("solution")]
+    assert answers and not any(scan(a) for a in answers)
