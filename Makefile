@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 
-.PHONY: install book test exercises benchmark clean
+.PHONY: install book test sandbox exercises benchmark clean
 
 install: $(STAMP)
 
@@ -25,8 +25,13 @@ book: $(STAMP)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 
 # The whole test suite (it builds the book too, in a temporary folder).
-test: $(STAMP)
+test: $(STAMP) sandbox
 	$(BIN)/python -m pytest
+
+# bubblewrap, the sandbox of the grading command (Debian's package; needs root or sudo once).
+sandbox:
+	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; } \
+	  || { sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap; }
 
 # Regenerate the student notebooks from solutions/ (commit the result).
 exercises: $(STAMP)
