@@ -192,3 +192,14 @@ def test_the_scan_never_flags_the_reference_solutions(assignment):
     answers = ["".join(c["source"]) for c in source["cells"] if c["cell_type"] == "code" and
                c["metadata"].get("nbgrader", {}).get("solution")]
     assert answers and not any(scan(a) for a in answers)
+
+
+def test_an_unedited_notebook_is_graded_as_the_source_itself():
+    import nbformat
+
+    from autograder.grading.notebooks import assemble
+
+    source = nbformat.read(notebook(Path(__file__).parents[1] / "solutions", A), as_version=4)
+    assembled = assemble(source, source)
+    assert [c.source for c in assembled.notebook.cells] == [c.source for c in source.cells]
+    assert "extra" not in assembled.roles and not any(p.tampered for p in assembled.parts)

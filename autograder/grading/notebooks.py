@@ -166,6 +166,7 @@ def _student_cells(submission: NotebookNode, source: NotebookNode):
     """
     answer_ids = {nbgrader_meta(c)["grade_id"] for c in source.cells if is_answer(c)}
     known_ids = {nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
+    course_code = {c.source for c in source.cells if c.cell_type == "code" and not nbgrader_meta(c).get("grade_id")}
     answers: dict[str, str] = {}
     extras: dict[str | None, list[str]] = {}
     notes: list[str] = []
@@ -183,8 +184,8 @@ def _student_cells(submission: NotebookNode, source: NotebookNode):
             anchor = grade_id
         elif grade_id in known_ids:
             anchor = grade_id  # an instructor cell (possibly edited): its source version is used
-        elif cell.cell_type == "code" and cell.source.strip():
-            extras.setdefault(anchor, []).append(cell.source)
+        elif cell.cell_type == "code" and cell.source.strip() and cell.source not in course_code:
+            extras.setdefault(anchor, []).append(cell.source)  # a cell the student added (or edited)
     return answers, extras, notes
 
 
