@@ -65,6 +65,7 @@ def grade_assignment(args: argparse.Namespace) -> int:
     started = time.monotonic()
     course = Course.open(args.course_dir)
     source_path = course.source_notebook(args.assignment)
+    source = nbformat.read(source_path, as_version=4)
     limits = _limits(args)
     ensure_assignment(course, args.assignment, source_path)
     students = course.students(args.assignment)
@@ -81,8 +82,8 @@ def grade_assignment(args: argparse.Namespace) -> int:
         jobs = {pool.submit(_grade_one, course.root, args.assignment, s, str(source_path), limits): s for s in todo}
         for job in as_completed(jobs):
             student = jobs[job]
-            results = _collect(job, source_path)
-            _save(course, args.assignment, student, source_path, results, fingerprints[student])
+            results = _collect(job, source)
+            _save(course, args.assignment, student, source_path, source, results, fingerprints[student])
             progress.step(student, results)
     rows = _rows(course, args.assignment, students)
     csv_path = course.root / "grades" / f"{args.assignment}.csv"
@@ -124,18 +125,18 @@ def _grade_one(root: Path, assignment: str, student: str, source_path: str, limi
     return [r.as_dict() for r in results]
 
 
-def _collect(job, source_path: Path) -> list[PartResult]:
+def _collect(job, source) -> list[PartResult]:
     """A worker's results; if the worker itself failed, every part is an error saying why."""
     try:
         return [PartResult(**row) for row in job.result()]
     except Exception as error:
-        parts = parts_of(nbformat.read(source_path, as_version=4))
+        parts = parts_of(source)
         return [PartResult(p.grade_id, 0.0, p.points, "error", f"grader error: {type(error).__name__}: {error}") for p in parts]
 
 
-def _save(course: Course, assignment: str, student: str, source_path: Path, results: list[PartResult], fingerprint: str) -> None:
+def _save(course: Course, assignment: str, student: str, source_path: Path, source, results: list[PartResult],
+          fingerprint: str) -> None:
     """Gradebook first, then the state file that marks the submission as done."""
-    source = nbformat.read(source_path, as_version=4)
     submitted = course.folder("submitted", assignment, student)
     try:
         submission = read_submission(submitted / source_path.name)
