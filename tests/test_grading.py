@@ -128,6 +128,12 @@ def test_nbgrader_export_and_feedback_work_on_the_gradebook(graded):
         exported = {row["student_id"]: float(row["raw_score"]) for row in csv.DictReader(handle) if row["assignment"] == A}
     totals = {s: sum(float(rows[(s, p)]["score"]) for p in S.PARTS) for s in entries}
     assert exported == totals
+    from nbgrader.api import Gradebook
+
+    with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:  # nbgrader's "No response." comments
+        comments = {s: {c.auto_comment for c in gradebook.find_submission_notebook(A, A, s).comments}
+                    for s in ("blank", "correct")}
+    assert comments == {"blank": {"No response."}, "correct": {None}}
     nbgrader(course, "generate_feedback", A, "--student", "partial")
     html = (course / "feedback" / "partial" / A / f"{A}.html").read_text()
     assert "window_mask" in html and "BEGIN HIDDEN TESTS" not in html and "hidden=True" not in html

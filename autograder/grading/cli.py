@@ -25,8 +25,8 @@ import nbformat
 
 from .. import __version__
 from .grade import STATUSES, PartResult, grade_submission
-from .gradebook import Course, blank_answers, ensure_assignment, read_timestamp, record, write_csv
-from .notebooks import UnreadableNotebook, parts_of, read_submission
+from .gradebook import Course, ensure_assignment, read_timestamp, record, write_csv
+from .notebooks import parts_of
 from .sandbox import Limits, SandboxUnavailable, check_bubblewrap
 
 
@@ -82,8 +82,8 @@ def grade_assignment(args: argparse.Namespace) -> int:
         jobs = {pool.submit(_grade_one, course.root, args.assignment, s, str(source_path), limits): s for s in todo}
         for job in as_completed(jobs):
             student = jobs[job]
-            results = _collect(job, source)
-            _save(course, args.assignment, student, source_path, source, results, fingerprints[student])
+            results, unanswered = _collect(job, source)
+            _save(course, args.assignment, student, source_path, results, unanswered, fingerprints[student])
             progress.step(student, results)
     rows = _rows(course, args.assignment, students)
     csv_path = course.root / "grades" / f"{args.assignment}.csv"
@@ -108,12 +108,16 @@ def _limits(args: argparse.Namespace) -> Limits:
                   threads=threads, device=device, sandbox=not args.no_sandbox)
 
 
-def _grade_one(root: Path, assignment: str, student: str, source_path: str, limits: Limits) -> list[dict]:
-    """In a worker process: grade one student, store the autograded notebook, return rows."""
+def _grade_one(root: Path, assignment: str, student: str, source_path: str, limits: Limits) -> tuple[list[dict], dict]:
+    """In a worker process: grade one student, store the autograded notebook.
+
+    Returns:
+        ``(rows, unanswered)``: the part results as dicts, and which answers were left blank.
+    """
     course = Course.open(root)
     source = nbformat.read(source_path, as_version=4)
     submitted = course.folder("submitted", assignment, student)
-    results, autograded = grade_submission(source, submitted / Path(source_path).name, limits)
+    results, autograded, unanswered = grade_submission(source, submitted / Path(source_path).name, limits)
     if autograded is not None:
         folder = course.folder("autograded", assignment, student)
         folder.mkdir(parents=True, exist_ok=True)
@@ -122,28 +126,25 @@ def _grade_one(root: Path, assignment: str, student: str, source_path: str, limi
         os.replace(partial, folder / Path(source_path).name)
         if (submitted / "timestamp.txt").exists():
             (folder / "timestamp.txt").write_text((submitted / "timestamp.txt").read_text())
-    return [r.as_dict() for r in results]
+    return [r.as_dict() for r in results], unanswered
 
 
-def _collect(job, source) -> list[PartResult]:
+def _collect(job, source) -> tuple[list[PartResult], dict[str, bool]]:
     """A worker's results; if the worker itself failed, every part is an error saying why."""
     try:
-        return [PartResult(**row) for row in job.result()]
+        rows, unanswered = job.result()
+        return [PartResult(**row) for row in rows], unanswered
     except Exception as error:
-        parts = parts_of(source)
-        return [PartResult(p.grade_id, 0.0, p.points, "error", f"grader error: {type(error).__name__}: {error}") for p in parts]
+        failed = [PartResult(p.grade_id, 0.0, p.points, "error", f"grader error: {type(error).__name__}: {error}")
+                  for p in parts_of(source)]
+        return failed, {}
 
 
-def _save(course: Course, assignment: str, student: str, source_path: Path, source, results: list[PartResult],
-          fingerprint: str) -> None:
+def _save(course: Course, assignment: str, student: str, source_path: Path, results: list[PartResult],
+          unanswered: dict[str, bool], fingerprint: str) -> None:
     """Gradebook first, then the state file that marks the submission as done."""
     submitted = course.folder("submitted", assignment, student)
-    try:
-        submission = read_submission(submitted / source_path.name)
-    except (UnreadableNotebook, OSError):
-        submission = None
-    record(course, assignment, source_path.stem, student, results, blank_answers(source, submission),
-           read_timestamp(submitted))
+    record(course, assignment, source_path.stem, student, results, unanswered, read_timestamp(submitted))
     state = {"fingerprint": fingerprint, "results": [r.as_dict() for r in results]}
     path = _state_path(course, assignment, student)
     path.parent.mkdir(parents=True, exist_ok=True)

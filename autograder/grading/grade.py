@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
-from .notebooks import UnreadableNotebook, assemble, is_test, parts_of, read_submission, release_source
+from .notebooks import UnreadableNotebook, answer_ids, assemble, parts_of, read_submission, release_source
 from .run import CellResult, execute
 from .sandbox import Limits
 
@@ -35,25 +35,27 @@ class PartResult:
         return asdict(self)
 
 
-def grade_submission(source: NotebookNode, path: Path, limits: Limits) -> tuple[list[PartResult], NotebookNode | None]:
+def grade_submission(source: NotebookNode, path: Path, limits: Limits):
     """Grade the notebook at ``path`` against the instructor's ``source``.
 
     Returns:
-        ``(results, autograded)``: one result per part of ``source``, and the executed
-        notebook to store for nbgrader's formgrader and feedback (``None`` when there was
-        nothing to execute).
+        ``(results, autograded, unanswered)``: one result per part of ``source``; the
+        executed notebook to store for nbgrader's formgrader and feedback (``None`` when
+        there was nothing to execute); and, per answer grade id, whether it was left blank.
     """
     parts = parts_of(source)
+    nothing_answered = dict.fromkeys(answer_ids(source), True)
     if not path.is_file():
-        return [PartResult(p.grade_id, 0.0, p.points, "missing", f"no notebook {path.name} in the submission") for p in parts], None
+        missing = f"no notebook {path.name} in the submission"
+        return [PartResult(p.grade_id, 0.0, p.points, "missing", missing) for p in parts], None, nothing_answered
     try:
         submission = read_submission(path)
     except UnreadableNotebook as error:
-        return [PartResult(p.grade_id, 0.0, p.points, "error", str(error)) for p in parts], None
+        return [PartResult(p.grade_id, 0.0, p.points, "error", str(error)) for p in parts], None, nothing_answered
     assembled = assemble(source, submission)
     cell_results = execute(assembled, limits)
     results = [_judge(assembled, cell_results, index) for index, role in enumerate(assembled.roles) if role == "test"]
-    return results, _autograded(assembled, cell_results, results)
+    return results, _autograded(assembled, cell_results, results), assembled.unanswered
 
 
 def _judge(assembled, cell_results: list[CellResult], test_index: int) -> PartResult:
@@ -106,7 +108,7 @@ def _autograded(assembled, cell_results: list[CellResult], results: list[PartRes
         if index in assembled.student_sources:
             cell.source = assembled.student_sources[index]
             cell.outputs = [_note("not run: this code changes how grading works")]
-        if cell.cell_type == "code" and is_test(cell) and assembled.roles[index] == "test":
+        if assembled.roles[index] == "test":
             result = next(by_test)
             cell.source = release_source(cell.source)
             cell.outputs = [o for o in cell.outputs if o.get("output_type") != "error"]

@@ -21,7 +21,6 @@ from sqlalchemy.exc import SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
 from .grade import PartResult
-from .notebooks import BLANK_ANSWER, is_answer, nbgrader_meta
 
 CSV_COLUMNS = ["student", "assignment", "part", "score", "max_score", "status", "message"]
 
@@ -94,17 +93,6 @@ def record(course: Course, assignment: str, notebook_id: str, student: str, resu
             comment = gradebook.find_comment(answer_id, notebook_id, assignment, student)
             comment.auto_comment = "No response." if blank else None
         gradebook.db.commit()
-
-
-def blank_answers(source, submission) -> dict[str, bool]:
-    """``{answer grade_id: True if unanswered}`` for nbgrader's "No response." comments."""
-    written = {}
-    for cell in (submission.cells if submission is not None else []):
-        grade_id = nbgrader_meta(cell).get("grade_id")
-        if grade_id and grade_id not in written:
-            written[grade_id] = cell.source
-    return {nbgrader_meta(c)["grade_id"]: written.get(nbgrader_meta(c)["grade_id"], BLANK_ANSWER).strip() in ("", BLANK_ANSWER)
-            for c in source.cells if is_answer(c)}
 
 
 def read_timestamp(folder: Path) -> datetime | None:

@@ -57,6 +57,8 @@ class Assembled:
             or ``"course"`` (the instructor's set-up and text).
         student_sources: per cell index, what the student wrote where it differs from
             what is executed (a flagged cell), to show in the autograded notebook.
+        unanswered: per answer grade id, whether the student left it as released
+            (nbgrader's "No response." comment).
         notes: remarks for the instructor, e.g. duplicated ids.
     """
 
@@ -64,6 +66,7 @@ class Assembled:
     parts: list[Part]
     roles: list[str]
     student_sources: dict[int, str] = field(default_factory=dict)
+    unanswered: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def part_of(self, index: int) -> Part | None:
@@ -108,6 +111,11 @@ def read_submission(path: Path) -> NotebookNode:
         raise UnreadableNotebook(f"the notebook cannot be read ({type(error).__name__}: {error})") from None
 
 
+def answer_ids(source: NotebookNode) -> list[str]:
+    """The grade ids of the source's answer cells, in order."""
+    return [nbgrader_meta(c)["grade_id"] for c in source.cells if is_answer(c)]
+
+
 def parts_of(source: NotebookNode) -> list[Part]:
     """The graded parts of the instructor's source notebook, in order."""
     return [Part(nbgrader_meta(c)["grade_id"], float(nbgrader_meta(c).get("points", 0))) for c in source.cells if is_test(c)]
@@ -117,7 +125,7 @@ def assemble(source: NotebookNode, submission: NotebookNode) -> Assembled:
     """The notebook to grade: the source's cells with the submission's answers put in."""
     answers, extras, notes = _student_cells(submission, source)
     known_modules = set().union(*(module_aliases(c.source) for c in source.cells if c.cell_type == "code"))
-    cells, roles, student_sources = [], [], {}
+    cells, roles, student_sources, unanswered = [], [], {}, {}
     parts = {p.grade_id: p for p in parts_of(source)}
     pending_tamper: list[str] = []  # reasons waiting for the next test cell
 
@@ -140,6 +148,7 @@ def assemble(source: NotebookNode, submission: NotebookNode) -> Assembled:
         grade_id = nbgrader_meta(cell).get("grade_id")
         if is_answer(cell):
             written, blank = answers.get(grade_id), blank_version(cell.source)
+            unanswered[grade_id] = written is None or written.strip() == blank.strip()
             cell.source = blank if written is None else written
             add(cell, "answer", written, instead=blank)
         elif is_test(cell):
@@ -153,7 +162,7 @@ def assemble(source: NotebookNode, submission: NotebookNode) -> Assembled:
             add(_code_cell(extra), "extra", extra)
     notebook = copy.deepcopy(source)
     notebook.cells = cells
-    return Assembled(notebook, list(parts.values()), roles, student_sources, notes)
+    return Assembled(notebook, list(parts.values()), roles, student_sources, unanswered, notes)
 
 
 def _student_cells(submission: NotebookNode, source: NotebookNode):
@@ -164,7 +173,7 @@ def _student_cells(submission: NotebookNode, source: NotebookNode):
         code cell with each id), ``{preceding grade_id or None: [source, ...]}`` for code
         cells without a known id, and remarks on anything odd.
     """
-    answer_ids = {nbgrader_meta(c)["grade_id"] for c in source.cells if is_answer(c)}
+    answers_wanted = set(answer_ids(source))
     known_ids = {nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
     course_code = {c.source for c in source.cells if c.cell_type == "code" and not nbgrader_meta(c).get("grade_id")}
     answers: dict[str, str] = {}
@@ -173,7 +182,7 @@ def _student_cells(submission: NotebookNode, source: NotebookNode):
     anchor = None
     for cell in submission.cells:
         grade_id = nbgrader_meta(cell).get("grade_id")
-        if grade_id in answer_ids:
+        if grade_id in answers_wanted:
             if cell.cell_type != "code":
                 notes.append(f"answer cell {grade_id} was turned into a {cell.cell_type} cell; graded as unanswered")
             elif grade_id in answers:  # as nbgrader does: a repeated id is an ordinary cell
