@@ -4,10 +4,11 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
+MATHJAX := _assets/mathjax/tex-chtml.js
 
-.PHONY: install book test sandbox exercises benchmark clean
+.PHONY: install book test sandbox chromium exercises benchmark clean
 
-install: $(STAMP)
+install: $(STAMP) $(MATHJAX)
 
 # A local virtual environment with pinned dependencies, d2l without its stale pins,
 # and this repository's autograder package (editable, so test cells import the live code).
@@ -20,18 +21,33 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(BIN)/python -c "import matplotlib.pyplot"  # build matplotlib's font cache once, quietly
 	touch $@
 
+# MathJax served by the book itself (npm's mathjax package, pinned in package-lock.json),
+# so math renders on a classroom network without internet: the TeX-to-HTML bundle, the
+# TeX extensions and menu parts it loads on demand, and its fonts.
+$(MATHJAX): package.json package-lock.json
+	npm ci --no-audit --no-fund --loglevel=error
+	rm -rf _assets/mathjax && mkdir -p _assets/mathjax/output
+	cd node_modules/mathjax/es5 && cp -r tex-chtml.js input ui a11y sre $(CURDIR)/_assets/mathjax/
+	cp -r node_modules/mathjax/es5/output/chtml $(CURDIR)/_assets/mathjax/output/
+
 # The rendered book, every chapter executed, warnings as errors: _build/html/index.html
-book: $(STAMP)
+book: $(STAMP) $(MATHJAX)
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 
-# The whole test suite (it builds the book too, in a temporary folder).
-test: $(STAMP) sandbox
+# The whole test suite (it builds the book too, in a temporary folder, and visits every
+# page in headless Chromium; screenshots land in _build/screenshots/).
+test: $(STAMP) $(MATHJAX) sandbox chromium
 	$(BIN)/python -m pytest
 
 # bubblewrap, the sandbox of the grading command (Debian's package; needs root or sudo once).
 sandbox:
 	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; } \
 	  || { sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap; }
+
+# Debian's Chromium, the browser of the book's browser tests (driven by Playwright).
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
+	  || { sudo apt-get update -qq && sudo apt-get install -y -qq chromium; }
 
 # Regenerate the student notebooks from solutions/ (commit the result).
 exercises: $(STAMP)
@@ -41,4 +57,4 @@ benchmark: $(STAMP)
 	$(BIN)/python benchmarks/book_build.py
 
 clean:
-	rm -rf _build gradebook.db
+	rm -rf _build gradebook.db node_modules _assets/mathjax

@@ -21,7 +21,8 @@ import yaml
 from jupyter_cache import get_cache
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCES = ["book", "exercises", "_toc.yml"]  # what the book reads (the chapters link the exercises)
+# what the book reads: pages, exercise notebooks, MathJax and CSS, the local extension, papers
+SOURCES = ["book", "exercises", "_toc.yml", "_assets", "_ext", "references.bib"]
 GOAL_SECONDS = 30.0
 
 

@@ -1,0 +1,44 @@
+"""Sphinx extension: the course's page furniture that jupyter-book's settings cannot express.
+
+* Launch buttons (Colab, Binder) belong on the Exercises part only. The chapters are MyST
+  Markdown notebooks, which Colab cannot open, and the theme would offer them a launch
+  button anyway; an exercise page is the repository's own ``exercises/<id>/<id>.ipynb``,
+  so its button opens exactly the notebook a student should work in.
+* sphinx-thebe registers its inline configuration script once per reading pass, and a
+  build can read twice; the second copy redeclares a ``const`` and the browser reports
+  "Identifier 'THEBE_JS_URL' has already been declared" on every page. Each page keeps
+  one copy of each script.
+"""
+
+from sphinx.application import Sphinx
+
+EXERCISES = "exercises/"
+LAUNCH_GROUP = "launch-buttons"
+
+
+def keep_launch_buttons_on_exercises(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Remove the theme's launch-button group from every page outside ``exercises/``."""
+    if pagename.startswith(EXERCISES):
+        return
+    buttons = context.get("header_buttons", [])
+    buttons[:] = [button for button in buttons if button.get("label") != LAUNCH_GROUP]
+
+
+def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Keep the first of identical ``<script>`` entries (same file, same inline body)."""
+    seen = set()
+    unique = []
+    for script in context.get("script_files", []):
+        # An inline script has no file: sphinx-thebe's two copies have None and "".
+        key = (getattr(script, "filename", script) or None, getattr(script, "attributes", {}).get("body"))
+        if key not in seen:
+            seen.add(key)
+            unique.append(script)
+    context["script_files"] = unique
+
+
+def setup(app: Sphinx) -> dict:
+    # sphinx-book-theme adds its launch buttons at priority 501; this runs after it.
+    app.connect("html-page-context", keep_launch_buttons_on_exercises, priority=502)
+    app.connect("html-page-context", drop_repeated_scripts)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
