@@ -1,8 +1,28 @@
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
-from course import ASSIGNMENTS, load, make_course, nbgrader, notebook, submit
+from course import ASSIGNMENTS, ROOT, load, make_course, nbgrader, notebook, submit
+from layout import chapters
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from book_build import BuildFailed, build_from_scratch  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def built_book(tmp_path_factory) -> Path:
+    """The HTML folder of a fresh build, every chapter executed, warnings (and cell errors)
+    fatal; shared by the build tests and the browser tests."""
+    folder = tmp_path_factory.mktemp("book")
+    try:
+        _, seconds = build_from_scratch(folder)
+    except BuildFailed as failure:
+        pytest.fail(f"the book does not build:\n{failure}")
+    executed = sorted(Path(chapter).stem for chapter in seconds)
+    assert executed == chapters(), "not every chapter was executed, or something else was"
+    return folder / "_build" / "html"
 
 
 @pytest.fixture(scope="session")

@@ -1,61 +1,73 @@
-"""The book builds with warnings as errors, and every chapter has its assignment."""
+"""The book builds with warnings as errors, and its parts fit together: every chapter has
+its assignment, links its exercise page, and only exercise pages launch Colab or Binder."""
 
+import html
 import re
-import sys
-from pathlib import Path
 
-import pytest
 import yaml
 
 from course import ASSIGNMENTS, ROOT
+from layout import chapters, pages, toc_parts
 
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from book_build import BuildFailed, build_from_scratch  # noqa: E402
-
-
-def toc_chapters() -> list[str]:
-    """Chapter ids in the order of the table of contents, e.g. ``01_nadaraya_watson``."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [Path(ch["file"]).name for part in toc["parts"] for ch in part["chapters"]]
+LAUNCHERS = ("colab.research.google.com", "mybinder.org")
 
 
 def test_every_chapter_is_one_page_one_assignment_one_autograder_module():
-    chapters = [c for c in toc_chapters() if c[:2].isdigit()]
-    assert chapters == ASSIGNMENTS, "chapters in _toc.yml and assignments in solutions/ differ"
-    for chapter in chapters:
+    assert chapters() == ASSIGNMENTS, "chapters in _toc.yml and assignments in solutions/ differ"
+    for chapter in chapters():
         assert (ROOT / "book" / f"{chapter}.md").exists(), f"book/{chapter}.md is missing"
         assert (ROOT / "exercises" / chapter / f"{chapter}.ipynb").exists(), f"exercises/{chapter} is missing"
         assert (ROOT / "autograder" / f"ch{chapter}.py").exists(), f"autograder/ch{chapter}.py is missing"
 
 
-@pytest.fixture(scope="module")
-def built_book(tmp_path_factory):
-    """The HTML of a fresh build, every chapter executed, warnings (and cell errors) fatal."""
-    folder = tmp_path_factory.mktemp("book")
-    try:
-        _, seconds = build_from_scratch(folder)
-    except BuildFailed as failure:
-        pytest.fail(f"the book does not build:\n{failure}")
-    executed = sorted(Path(chapter).stem for chapter in seconds)
-    assert executed == sorted(c for c in toc_chapters() if c[:2].isdigit()), "not every chapter was executed"
-    return folder / "_build" / "html"
+def test_the_exercises_part_lists_every_student_notebook_in_chapter_order():
+    assert toc_parts()["Exercises"] == [f"exercises/{c}/{c}" for c in chapters()]
 
 
 def test_book_builds_and_every_chapter_has_figures(built_book):
     assert (built_book / "index.html").exists()
-    for chapter in toc_chapters():
-        page = built_book / "book" / f"{chapter}.html"
-        assert page.exists(), f"{chapter} was not rendered"
-        if chapter[:2].isdigit():
-            html = page.read_text()
-            assert html.count("<img") >= 3, f"{chapter} has fewer than 3 figures"
-            assert "Traceback (most recent call last)" not in html, f"{chapter} shows a traceback"
-            _assert_links_its_exercise(built_book, chapter, html)
+    for page in pages():
+        assert (built_book / f"{page}.html").exists(), f"{page} was not rendered"
+    for chapter in chapters():
+        page = (built_book / "book" / f"{chapter}.html").read_text()
+        assert page.count("<img") >= 3, f"{chapter} has fewer than 3 figures"
+        assert "Traceback (most recent call last)" not in page, f"{chapter} shows a traceback"
+        assert not any(launcher in page for launcher in LAUNCHERS), f"{chapter} offers a launch button Colab cannot open"
+        _assert_links_its_exercise(built_book, chapter, page)
 
 
-def _assert_links_its_exercise(built_book, chapter, html):
-    """The chapter offers the student notebook (not the solution) for download."""
-    links = re.findall(rf'href="\.\./(_downloads/[^"]*/{chapter}\.ipynb)"', html)
-    assert links, f"{chapter} does not link its exercise notebook"
+def _assert_links_its_exercise(built_book, chapter, page):
+    """The chapter links the exercise page and offers the student notebook (not the solution)."""
+    assert f'href="../exercises/{chapter}/{chapter}.html"' in page, f"{chapter} does not link its exercise page"
+    links = re.findall(rf'href="\.\./(_downloads/[^"]*/{chapter}\.ipynb)"', page)
+    assert links, f"{chapter} does not offer its exercise notebook for download"
     downloaded = (built_book / links[0]).read_bytes()
     assert downloaded == (ROOT / "exercises" / chapter / f"{chapter}.ipynb").read_bytes()
+
+
+def test_exercise_pages_show_the_released_notebook_with_launch_and_download(built_book):
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    repository = config["repository"]["url"].removeprefix("https://github.com/")
+    branch = config["repository"]["branch"]
+    for chapter in chapters():
+        path = f"exercises/{chapter}/{chapter}.ipynb"
+        page = html.unescape((built_book / f"exercises/{chapter}/{chapter}.html").read_text())
+        text = re.sub(r"<[^>]+>", "", page)  # the code is highlighted, token by token
+        assert "raise NotImplementedError()" in text, f"{chapter}: the exercise page does not show the stubs"
+        assert 'class="output' not in page, f"{chapter}: the exercise page was executed"
+        assert f"https://colab.research.google.com/github/{repository}/blob/{branch}/{path}" in page
+        assert f"https://mybinder.org/v2/gh/{repository}/{branch}?urlpath=lab/tree/{path}" in page
+        assert f'href="../../_sources/{path}"' in page, f"{chapter}: no download button"
+        assert (built_book / "_sources" / path).read_bytes() == (ROOT / path).read_bytes()
+
+
+def test_math_is_served_by_the_book_itself(built_book):
+    """No page loads a script from the internet, and the pages with math load MathJax from
+    the book's own _static folder, so math renders on an offline network too."""
+    for page in pages():
+        text = (built_book / f"{page}.html").read_text()
+        scripts = re.findall(r'<script[^>]*src="([^"]*)"', text)
+        assert not [s for s in scripts if "//" in s], f"{page} loads scripts from the internet: {scripts}"
+        if page.startswith(("book/0", "exercises/")) or page == "book/notation":
+            assert any(s.split("?")[0].endswith("_static/mathjax/tex-chtml.js") for s in scripts), f"{page} does not load MathJax"
+    assert (built_book / "_static/mathjax/output/chtml/fonts/woff-v2").is_dir(), "MathJax's fonts are missing"

@@ -1,0 +1,24 @@
+"""The book's table of contents, read the way the tests need it."""
+
+from pathlib import Path
+
+import yaml
+
+from course import ROOT
+
+
+def toc_parts() -> dict[str, list[str]]:
+    """``{part caption: [page path without suffix, ...]}`` in the order of ``_toc.yml``."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return {part["caption"]: [entry["file"] for entry in part["chapters"]] for part in toc["parts"]}
+
+
+def chapters() -> list[str]:
+    """Chapter ids of the Chapters part, e.g. ``01_nadaraya_watson``."""
+    return [Path(page).name for page in toc_parts()["Chapters"]]
+
+
+def pages() -> list[str]:
+    """Every page of the book, the landing page first, as docnames (``book/intro``)."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [toc["root"]] + [page for part in toc_parts().values() for page in part]
