@@ -71,3 +71,16 @@ def test_math_is_served_by_the_book_itself(built_book):
         if page.startswith(("book/0", "exercises/")) or page == "book/notation":
             assert any(s.split("?")[0].endswith("_static/mathjax/tex-chtml.js") for s in scripts), f"{page} does not load MathJax"
     assert (built_book / "_static/mathjax/output/chtml/fonts/woff-v2").is_dir(), "MathJax's fonts are missing"
+
+
+def test_figures_are_light_svgs_of_a_page_width(built_book):
+    """Every chapter figure is an SVG (sharp at any zoom), light enough to keep pages fast,
+    and no wider than the 8.5-inch page the course style is drawn for."""
+    for chapter in chapters():
+        page = (built_book / "book" / f"{chapter}.html").read_text()
+        for source in re.findall(r'<img[^>]*src="\.\./(_images/[^"]+)"', page):
+            figure = built_book / source
+            assert figure.suffix == ".svg", f"{chapter}: {source} is not an SVG"
+            assert figure.stat().st_size < 200_000, f"{chapter}: {source} weighs {figure.stat().st_size} bytes"
+            width = re.search(r'<svg[^>]*\bwidth="([\d.]+)pt"', figure.read_text())
+            assert width and float(width.group(1)) <= 8.5 * 72, f"{chapter}: {source} is wider than the page"
