@@ -7,10 +7,13 @@ import yaml
 from course import ROOT
 
 
+def _toc() -> dict:
+    return yaml.safe_load((ROOT / "_toc.yml").read_text())
+
+
 def toc_parts() -> dict[str, list[str]]:
     """``{part caption: [page path without suffix, ...]}`` in the order of ``_toc.yml``."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return {part["caption"]: [entry["file"] for entry in part["chapters"]] for part in toc["parts"]}
+    return {part["caption"]: [entry["file"] for entry in part["chapters"]] for part in _toc()["parts"]}
 
 
 def chapters() -> list[str]:
@@ -20,5 +23,4 @@ def chapters() -> list[str]:
 
 def pages() -> list[str]:
     """Every page of the book, the landing page first, as docnames (``book/intro``)."""
-    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
-    return [toc["root"]] + [page for part in toc_parts().values() for page in part]
+    return [_toc()["root"]] + [page for part in toc_parts().values() for page in part]

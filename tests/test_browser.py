@@ -125,11 +125,19 @@ def visit(context, site: str, docname: str) -> Visit:
     """Load ``docname``'s page, let MathJax finish, record what happened, screenshot it."""
     record = Visit(docname)
     page = context.new_page()
-    page.on("console", lambda message: message.type == "error" and record.console_errors.append(message.text))
+
+    def on_console(message):
+        if message.type == "error":
+            record.console_errors.append(message.text)
+
+    def on_response(response):
+        if response.status >= 400:
+            record.failed_requests.append(f"{response.status} {response.url}")
+
+    page.on("console", on_console)
     page.on("pageerror", lambda error: record.console_errors.append(str(error)))
     page.on("requestfailed", lambda request: record.failed_requests.append(request.url))
-    page.on("response", lambda response: response.status >= 400 and record.failed_requests.append(
-        f"{response.status} {response.url}"))
+    page.on("response", on_response)
     before = len(context.external_requests)
     page.goto(f"{site}{docname}.html", wait_until="load")
     record.math = page.evaluate(MATH_REPORT_JS)
@@ -184,18 +192,15 @@ def test_no_internal_link_is_broken(visits, site, built_book):
                 target = target / "index.html"
             if not target.is_file():
                 broken.append(f"{page} -> {link}")
-            elif parts.fragment and target.suffix == ".html" and not _has_anchor(target, unquote(parts.fragment)):
+            elif parts.fragment and target.suffix == ".html" and unquote(parts.fragment) not in _anchors(target):
                 broken.append(f"{page} -> {link} (no such anchor)")
     assert not broken, broken
 
 
 @functools.cache
 def _anchors(page: Path) -> frozenset[str]:
+    """The ``id`` attributes of an HTML file: what a ``#fragment`` can point at."""
     return frozenset(re.findall(r'\bid="([^"]+)"', page.read_text()))
-
-
-def _has_anchor(page: Path, fragment: str) -> bool:
-    return fragment in _anchors(page)
 
 
 def test_search_finds_softmax(context, site):
