@@ -7,6 +7,13 @@ import yaml
 from course import ROOT
 
 
+def repository() -> tuple[str, str]:
+    """``(url, branch)`` of the course repository in ``_config.yml``: what the exercise
+    pages' launch buttons open and what their set-up cell installs on Colab."""
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    return config["url"], config["branch"]
+
+
 def _toc() -> dict:
     return yaml.safe_load((ROOT / "_toc.yml").read_text())
 

@@ -4,10 +4,9 @@ its assignment, links its exercise page, and only exercise pages launch Colab or
 import html
 import re
 
-import yaml
 
 from course import ASSIGNMENTS, ROOT
-from layout import chapters, pages, toc_parts
+from layout import chapters, pages, repository, toc_parts
 
 LAUNCHERS = ("colab.research.google.com", "mybinder.org")
 
@@ -46,17 +45,16 @@ def _assert_links_its_exercise(built_book, chapter, page):
 
 
 def test_exercise_pages_show_the_released_notebook_with_launch_and_download(built_book):
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    repository = config["repository"]["url"].removeprefix("https://github.com/")
-    branch = config["repository"]["branch"]
+    url, branch = repository()
+    github_repository = url.removeprefix("https://github.com/")
     for chapter in chapters():
         path = f"exercises/{chapter}/{chapter}.ipynb"
         page = html.unescape((built_book / f"exercises/{chapter}/{chapter}.html").read_text())
         text = re.sub(r"<[^>]+>", "", page)  # the code is highlighted, token by token
         assert "raise NotImplementedError()" in text, f"{chapter}: the exercise page does not show the stubs"
         assert 'class="output' not in page, f"{chapter}: the exercise page was executed"
-        assert f"https://colab.research.google.com/github/{repository}/blob/{branch}/{path}" in page
-        assert f"https://mybinder.org/v2/gh/{repository}/{branch}?urlpath=lab/tree/{path}" in page
+        assert f"https://colab.research.google.com/github/{github_repository}/blob/{branch}/{path}" in page
+        assert f"https://mybinder.org/v2/gh/{github_repository}/{branch}?urlpath=lab/tree/{path}" in page
         assert f'href="../../_sources/{path}"' in page, f"{chapter}: no download button"
         assert (built_book / "_sources" / path).read_bytes() == (ROOT / path).read_bytes()
 

@@ -14,18 +14,12 @@ import types
 import zipfile
 
 import pytest
-import yaml
 
 from course import ASSIGNMENTS, ROOT, load, notebook
+from layout import repository
 
 SETUP_ID = "colab_setup"
 REAL_FIND_SPEC = importlib.util.find_spec
-
-
-def repository() -> tuple[str, str]:
-    """``(url, branch)`` of the course repository, as the book's launch buttons use them."""
-    config = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
-    return config["url"], config["branch"]
 
 
 def setup_cell(folder, assignment) -> dict:
