@@ -4,10 +4,12 @@
   Markdown notebooks, which Colab cannot open, and the theme would offer them a launch
   button anyway; an exercise page is the repository's own ``exercises/<id>/<id>.ipynb``,
   so its button opens exactly the notebook a student should work in.
-* sphinx-thebe registers its inline configuration script once per reading pass, and a
-  build can read twice; the second copy redeclares a ``const`` and the browser reports
-  "Identifier 'THEBE_JS_URL' has already been declared" on every page. Each page keeps
-  one copy of each script.
+* sphinx-thebe adds its inline configuration script after the HTML builder exists, so
+  Sphinx records it twice (in the registry, with file ``None``, and in the builder, with
+  file ``""``) and its own de-duplication, which compares file names, keeps both. The
+  second copy redeclares a ``const`` and the browser reports "Identifier 'THEBE_JS_URL'
+  has already been declared" on every page. The proper fix belongs in sphinx-thebe;
+  until then each page keeps one copy of each script.
 """
 
 from sphinx.application import Sphinx
