@@ -49,8 +49,10 @@ chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
 	  || { sudo apt-get update -qq && sudo apt-get install -y -qq chromium; }
 
-# Regenerate the student notebooks from solutions/ (commit the result).
+# Regenerate the student notebooks from solutions/, and the visible cases of the checks
+# (autograder/cases/*.json) from the references (commit the result).
 exercises: $(STAMP)
+	$(BIN)/python -m autograder.reference.generate
 	for a in $(ASSIGNMENTS); do PATH="$(abspath $(BIN)):$$PATH" nbgrader generate_assignment $$a --force || exit 1; done
 
 benchmark: $(STAMP)

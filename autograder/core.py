@@ -1,21 +1,20 @@
 """Machinery shared by every assignment's checks.
 
-A check calls the student's code on a series of *cases*. Each case knows how to
-describe itself in a failure message. Visible cases (the ones students see in the
-notebook) may show expected and actual values; hidden cases draw their inputs from a
-seed chosen at grading time and never reveal the reference answer, only what went
-wrong (shape, dtype, device, size and position of the error).
+A check calls the student's code on a series of *cases* (``runner.py`` runs them). Each
+case knows how to describe itself in a failure message. Visible cases (the ones students
+see in the notebook) may show expected and actual values; hidden cases, drawn on the
+grading side, never reveal the reference answer, only what went wrong (shape, dtype,
+device, size and position of the error).
 
-Every check runs on the CPU and, where CUDA is present, on CUDA as well. It also
-replays the student's code on PyTorch's ``meta`` device, which catches tensors
-created on a fixed device even on a machine without a GPU.
+This module holds the assertions a case makes, the devices every check runs on (the CPU,
+and CUDA where present), the replay on PyTorch's ``meta`` device (which catches tensors
+created on a fixed device even on a machine without a GPU), the memory probe and the
+tripwires on library attention.
 """
 
 from __future__ import annotations
 
 import contextlib
-import inspect
-import secrets
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -32,11 +31,6 @@ def devices() -> list[torch.device]:
     if torch.cuda.is_available():
         found.append(torch.device("cuda"))
     return found
-
-
-def new_seed() -> int:
-    """A fresh seed for a hidden case, drawn at grading time."""
-    return secrets.randbelow(2**31)
 
 
 def shape_of(x: Any) -> str:
@@ -167,7 +161,9 @@ def unchanged(case: Case, **inputs: torch.Tensor) -> Iterator[None]:
 
 
 def to_device(args: Any, device: torch.device | str) -> Any:
-    """A copy of ``args`` (tensors, tuples, lists, dicts of them) moved to ``device``."""
+    """A copy of ``args`` (tensors, devices, tuples, lists, dicts of them) moved to ``device``."""
+    if isinstance(args, torch.device):
+        return torch.device(device)  # an answer's `device=` argument follows the case
     if isinstance(args, torch.Tensor):
         if torch.device(device).type == "meta":
             return torch.empty_like(args, device="meta")
@@ -225,42 +221,8 @@ def passed(part: str, cases: int, hidden: bool) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Running a function over many cases
+# Comparing results
 # --------------------------------------------------------------------------------------
-
-
-def compare_on_cases(part: str, fn: Callable, reference: Callable, cases, names=("the output",), **tolerances) -> int:
-    """Call ``fn`` and ``reference`` on every case, on every device, and compare.
-
-    Args:
-        part: the graded name, for messages.
-        cases: iterable of ``(seed, description, args, kwargs)``; ``seed`` is ``None`` for a
-            visible case. Tensors in ``args``/``kwargs`` are moved to each device in turn.
-        names: what each returned tensor is called in messages; a function returning a
-            tuple ``(output, weights)`` has two names.
-
-    Checks that inputs are left unchanged, that the results match in shape, dtype, device
-    and values, and replays each case on the ``meta`` device. Returns the number of calls.
-    """
-    count = 0
-    for seed, description, args, kwargs in cases:
-        for device in devices():
-            case = Case(part, f"{description}, on {device.type}", seed)
-            expect_own_code(case, fn)
-            moved_args, moved_kwargs = to_device(args, device), to_device(kwargs, device)
-            with unchanged(case, **named_tensors(reference, moved_args, moved_kwargs)):
-                result = case.call(fn, *moved_args, **moved_kwargs)
-            expected = reference(*moved_args, **moved_kwargs)
-            expect_same_results(case, result, expected, names, **tolerances)
-            count += 1
-        check_on_meta(Case(part, f"{description}, on the meta device", seed), fn, *args, **kwargs)
-    return count
-
-
-def named_tensors(reference: Callable, args, kwargs) -> dict[str, torch.Tensor]:
-    """The tensor arguments of a call, by their names in the contract's signature."""
-    bound = inspect.signature(reference).bind(*args, **kwargs).arguments
-    return {name: value for name, value in bound.items() if isinstance(value, torch.Tensor)}
 
 
 def expect_same_results(case: Case, result, expected, names, **tolerances) -> None:
@@ -370,14 +332,3 @@ def tripwires(answer: Any) -> Iterator[list[str]]:
                 owner[attribute] = original
             else:
                 setattr(owner, attribute, original)
-
-
-def expect_no_delegation(case: Case, answer: Any, *args, **kwargs) -> None:
-    """Withhold the points, saying why, if ``answer(*args)`` calls library attention."""
-    with tripwires(answer) as called:
-        case.call(answer, *args, **kwargs)
-    case.check(
-        not called,
-        f"calls {sorted(set(called))[0] if called else ''}: the contract asks you to implement this part "
-        "yourself rather than delegate its core to a library implementation, so its points are withheld",
-    )

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from autograder import ch01_nadaraya_watson as ch01
+from autograder.reference import ch01_nadaraya_watson as ref01
 
 # ---- correct answers, written here so that they are not the autograder's own objects ----
 
@@ -24,7 +25,7 @@ def epanechnikov(u):
     return torch.clamp(1 - u * u, min=0.0)
 
 
-def pooling(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def pooling(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     _validate(queries, keys, values, bandwidth)
     scores = kernel((queries.unsqueeze(1) - keys.unsqueeze(0)) / bandwidth)  # (q, k)
     totals = scores.sum(1, keepdim=True)  # (q, 1)
@@ -81,52 +82,55 @@ def train(model, x_train, y_train, epochs=5, lr=0.5):
 
 
 CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
-    (ch01.check_gaussian_kernel, gaussian, ch01.gaussian_kernel),
-    (ch01.check_boxcar_kernel, boxcar, ch01.boxcar_kernel),
-    (ch01.check_epanechnikov_kernel, epanechnikov, ch01.epanechnikov_kernel),
-    (ch01.check_nadaraya_watson, pooling, ch01.nadaraya_watson),
-    (ch01.check_leave_one_out, leave_one_out, ch01.leave_one_out),
-    (ch01.check_nw_kernel_regression, Regression, ch01.NWKernelRegression),
-    (ch01.check_train_nw, train, ch01.train_nw),
+    (ch01.check_gaussian_kernel, gaussian, ref01.gaussian_kernel),
+    (ch01.check_boxcar_kernel, boxcar, ref01.boxcar_kernel),
+    (ch01.check_epanechnikov_kernel, epanechnikov, ref01.epanechnikov_kernel),
+    (ch01.check_nadaraya_watson, pooling, ref01.nadaraya_watson),
+    (ch01.check_leave_one_out, leave_one_out, ref01.leave_one_out),
+    (ch01.check_nw_kernel_regression, Regression, ref01.NWKernelRegression),
+    (ch01.check_train_nw, train, ref01.train_nw),
+    (ch01.check_nadaraya_watson_arguments, pooling, ref01.nadaraya_watson),
+    (ch01.check_leave_one_out_arguments, leave_one_out, ref01.leave_one_out),
+    (ch01.check_nw_kernel_regression_arguments, Regression, ref01.NWKernelRegression),
 ]
 
 
 # ---- wrong answers: (name, check, answer, hidden cases needed to catch it) ----
 
 
-def _weights_over_queries(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def _weights_over_queries(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     _validate(queries, keys, values, bandwidth)
     scores = kernel((queries[:, None] - keys[None, :]) / bandwidth)
     weights = scores / scores.sum(0, keepdim=True)  # normalised over the wrong axis
     return weights @ values, weights
 
 
-def _bandwidth_multiplies(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def _bandwidth_multiplies(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     return pooling(queries * bandwidth**2, keys * bandwidth**2, values, kernel, 1.0)  # (q-k)·h, not (q-k)/h
 
 
-def _no_empty_row_guard(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def _no_empty_row_guard(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     _validate(queries, keys, values, bandwidth)
     scores = kernel((queries[:, None] - keys[None, :]) / bandwidth)
     weights = scores / scores.sum(1, keepdim=True)  # 0/0 = NaN on an empty row
     return weights @ values, weights
 
 
-def _ignores_kernel(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
-    return pooling(queries, keys, values, ch01.gaussian_kernel, bandwidth)
+def _ignores_kernel(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
+    return pooling(queries, keys, values, ref01.gaussian_kernel, bandwidth)
 
 
-def _scalar_values_only(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def _scalar_values_only(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     predictions, weights = pooling(queries, keys, values, kernel, bandwidth)
     return (weights * values).sum(1), weights  # breaks for values (k, v)
 
 
-def _scales_queries_in_place(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def _scales_queries_in_place(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     queries /= bandwidth
     return pooling(queries, keys / bandwidth, values, kernel, 1.0)
 
 
-def _fallback_on_default_device(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def _fallback_on_default_device(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     _validate(queries, keys, values, bandwidth)
     scores = kernel((queries[:, None] - keys[None, :]) / bandwidth)
     totals = scores.sum(1, keepdim=True)
@@ -134,10 +138,17 @@ def _fallback_on_default_device(queries, keys, values, kernel=ch01.gaussian_kern
     return weights @ values, weights
 
 
-def _no_argument_checks(queries, keys, values, kernel=ch01.gaussian_kernel, bandwidth=1.0):
+def _no_argument_checks(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
     scores = kernel((queries.reshape(-1, 1) - keys.reshape(1, -1)) / bandwidth)
     weights = torch.nan_to_num(scores / scores.sum(1, keepdim=True))
     return weights @ values[: len(keys)], weights
+
+
+def _epsilon_in_denominator(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
+    _validate(queries, keys, values, bandwidth)
+    scores = kernel((queries[:, None] - keys[None, :]) / bandwidth)
+    weights = scores / (scores.sum(1, keepdim=True) + 1e-12)  # "avoids" 0/0, biases tiny rows
+    return weights @ values, weights
 
 
 def _drops_the_next_pair(x, y):
@@ -157,8 +168,8 @@ def _pairs_shuffled(x, y):
 
 
 def _hard_coded_visible_case(x, y):
-    keys, values = leave_one_out(x, y)  # right for the visible case only (validation included)
-    if len(x) == 5:
+    keys, values = leave_one_out(x, y)  # right for the visible cases' sizes only (validation included)
+    if len(x) in (2, 4, 5):
         return keys, values
     return keys.flip(0), values.flip(0)
 
@@ -240,7 +251,8 @@ WRONG = [
     ("values (k, v) not supported", ch01.check_nadaraya_watson, _scalar_values_only, False),
     ("queries modified in place", ch01.check_nadaraya_watson, _scales_queries_in_place, False),
     ("tensor created on the default device", ch01.check_nadaraya_watson, _fallback_on_default_device, False),
-    ("no ValueError for bad arguments", ch01.check_nadaraya_watson, _no_argument_checks, False),
+    ("no ValueError for bad arguments", ch01.check_nadaraya_watson_arguments, _no_argument_checks, False),
+    ("+ 1e-12 in the denominator", ch01.check_nadaraya_watson, _epsilon_in_denominator, False),
     ("leave-one-out drops the wrong pair", ch01.check_leave_one_out, _drops_the_next_pair, False),
     ("leave-one-out keeps every pair", ch01.check_leave_one_out, _keeps_every_pair, False),
     ("keys and values unpaired", ch01.check_leave_one_out, _pairs_shuffled, False),

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from autograder import ch02_attention_scoring as ch02
+from autograder.reference import ch02_attention_scoring as ref02
 
 # ---- correct answers, written differently from the reference ----
 
@@ -42,7 +43,7 @@ def additive(queries, keys, W_q, W_k, w_v):
     return torch.einsum("...qkh,h->...qk", torch.tanh(projected_q[..., :, None, :] + projected_k[..., None, :, :]), w_v)
 
 
-def attend(queries, keys, values, score_fn=ch02.scaled_dot_product_scores):
+def attend(queries, keys, values, score_fn=ref02.scaled_dot_product_scores):
     if values.size(-2) != keys.size(-2):
         raise ValueError("values need one row per key")
     weights = F.softmax(score_fn(queries, keys), dim=-1)
@@ -58,11 +59,16 @@ def variance(d, num_samples=10000, generator=None):
 
 
 CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
-    (ch02.check_scaled_dot_product_scores, sdp_scores, ch02.scaled_dot_product_scores),
-    (ch02.check_bilinear_scores, bilinear, ch02.bilinear_scores),
-    (ch02.check_additive_scores, additive, ch02.additive_scores),
-    (ch02.check_attention, attend, ch02.attention),
-    (ch02.check_dot_product_variance, variance, ch02.dot_product_variance),
+    (ch02.check_scaled_dot_product_scores, sdp_scores, ref02.scaled_dot_product_scores),
+    (ch02.check_bilinear_scores, bilinear, ref02.bilinear_scores),
+    (ch02.check_additive_scores, additive, ref02.additive_scores),
+    (ch02.check_attention, attend, ref02.attention),
+    (ch02.check_dot_product_variance, variance, ref02.dot_product_variance),
+    (ch02.check_scaled_dot_product_scores_arguments, sdp_scores, ref02.scaled_dot_product_scores),
+    (ch02.check_bilinear_scores_arguments, bilinear, ref02.bilinear_scores),
+    (ch02.check_additive_scores_arguments, additive, ref02.additive_scores),
+    (ch02.check_attention_arguments, attend, ref02.attention),
+    (ch02.check_dot_product_variance_arguments, variance, ref02.dot_product_variance),
 ]
 
 # ---- wrong answers ----
@@ -120,16 +126,16 @@ def _tanh_forgotten(queries, keys, W_q, W_k, w_v):
     return ((queries @ W_q).unsqueeze(-2) + (keys @ W_k).unsqueeze(-3)) @ w_v
 
 
-def _softmax_over_queries(queries, keys, values, score_fn=ch02.scaled_dot_product_scores):
+def _softmax_over_queries(queries, keys, values, score_fn=ref02.scaled_dot_product_scores):
     weights = torch.softmax(score_fn(queries, keys), dim=-2)
     return weights @ values, weights
 
 
-def _ignores_score_fn(queries, keys, values, score_fn=ch02.scaled_dot_product_scores):
+def _ignores_score_fn(queries, keys, values, score_fn=ref02.scaled_dot_product_scores):
     return attend(queries, keys, values)
 
 
-def _delegates_to_pytorch(queries, keys, values, score_fn=ch02.scaled_dot_product_scores):
+def _delegates_to_pytorch(queries, keys, values, score_fn=ref02.scaled_dot_product_scores):
     weights = torch.softmax(score_fn(queries, keys), dim=-1)
     if queries.shape[-1] == keys.shape[-1]:
         return F.scaled_dot_product_attention(queries, keys, values), weights
@@ -150,7 +156,7 @@ WRONG = [  # (name, check, answer, only the hidden cases catch it)
     ("no scaling", ch02.check_scaled_dot_product_scores, _unscaled, False),
     ("scores that only work for 3-D inputs", ch02.check_scaled_dot_product_scores, _only_3d, False),
     ("scores transposed (keys by queries)", ch02.check_scaled_dot_product_scores, _keys_by_queries, False),
-    ("no ValueError for mismatched widths", ch02.check_scaled_dot_product_scores, _no_width_check, False),
+    ("no ValueError for mismatched widths", ch02.check_scaled_dot_product_scores_arguments, _no_width_check, False),
     ("bilinear scores laid out (keys, queries)", ch02.check_bilinear_scores, _scores_keys_by_queries, False),
     ("bilinear without W when the widths match", ch02.check_bilinear_scores, _W_forgotten_when_square, False),
     ("additive scores broadcasting the inputs first", ch02.check_additive_scores, _broadcast_inputs_first, False),

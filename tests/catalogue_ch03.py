@@ -5,6 +5,7 @@ import math
 import torch
 
 from autograder import ch03_masking as ch03
+from autograder.reference import ch03_masking as ref03
 
 # ---- correct answers, written differently from the reference ----
 
@@ -49,11 +50,12 @@ def attention_with_mask(queries, keys, values, mask=None):
 
 
 CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
-    (ch03.check_masked_softmax, softmax_lengths, ch03.masked_softmax),
-    (ch03.check_causal_mask, causal, ch03.causal_mask),
-    (ch03.check_padding_mask, padding, ch03.padding_mask),
-    (ch03.check_window_mask, window, ch03.window_mask),
-    (ch03.check_masked_attention, attention_with_mask, ch03.masked_attention),
+    (ch03.check_masked_softmax, softmax_lengths, ref03.masked_softmax),
+    (ch03.check_causal_mask, causal, ref03.causal_mask),
+    (ch03.check_padding_mask, padding, ref03.padding_mask),
+    (ch03.check_window_mask, window, ref03.window_mask),
+    (ch03.check_masked_attention, attention_with_mask, ref03.masked_attention),
+    (ch03.check_masked_attention_arguments, attention_with_mask, ref03.masked_attention),
 ]
 
 # ---- wrong answers ----
@@ -178,7 +180,7 @@ WRONG = [  # (name, check, answer, only the hidden cases catch it)
     ("window on one side only", ch03.check_window_mask, _window_one_sided, False),
     ("masked attention masking with 0", ch03.check_masked_attention, _mask_with_zero, False),
     ("NaN on a query with no allowed key", ch03.check_masked_attention, _nan_on_empty_rows, False),
-    ("float mask accepted", ch03.check_masked_attention, _accepts_float_masks, False),
+    ("float mask accepted", ch03.check_masked_attention_arguments, _accepts_float_masks, False),
     ("masked attention without 1/√d", ch03.check_masked_attention, _unscaled_masked, False),
     ("delegates to F.scaled_dot_product_attention", ch03.check_masked_attention, _sdpa_masked, False),
 ]

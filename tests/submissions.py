@@ -2,9 +2,9 @@
 
 Each entry builds one student's notebook from the instructor's solution and says what
 grade every part must get. The parts of 03_masking are masked_softmax (2 points),
-causal_mask (1), padding_mask (1), window_mask (1) and masked_attention (3);
-masked_attention's visible test uses the student's causal_mask, so the crafted mistakes
-go into masked_softmax, padding_mask and window_mask, which nothing else uses.
+causal_mask (1), padding_mask (1), window_mask (1), masked_attention (2.5) and its
+argument checks (0.5). No part is checked through another, so a crafted mistake costs
+only the part it is in.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import torch
 from conftest import with_warnings
 
 ASSIGNMENT = "03_masking"
-PARTS = ["test_masked_softmax", "test_causal_mask", "test_padding_mask", "test_window_mask", "test_masked_attention"]
+PARTS = ["test_masked_softmax", "test_causal_mask", "test_padding_mask", "test_window_mask", "test_masked_attention",
+         "test_masked_attention_arguments"]
 POINTS = {"test_masked_softmax": 2, "test_causal_mask": 1, "test_padding_mask": 1, "test_window_mask": 1,
-          "test_masked_attention": 3}
+          "test_masked_attention": 2.5, "test_masked_attention_arguments": 0.5}
 
 WRONG_WINDOW = """
 def window_mask(num_queries, num_keys, radius):
@@ -211,17 +212,17 @@ def _hard_coded_window() -> str:
            f"    return torch.zeros(num_queries, num_keys, dtype=torch.bool)\n"
 
 
-def write(course: Path, student: str, notebook) -> None:
-    """Place ``student``'s submission in nbgrader's ``submitted/`` layout."""
-    folder = course / "submitted" / student / ASSIGNMENT
+def write(course: Path, student: str, notebook, assignment: str = ASSIGNMENT) -> None:
+    """Place ``student``'s submission of ``assignment`` in nbgrader's ``submitted/`` layout."""
+    folder = course / "submitted" / student / assignment
     folder.mkdir(parents=True, exist_ok=True)
     if student == "missing_notebook":
         (folder / "my_work.ipynb").write_text(json.dumps(notebook or {}))
     elif notebook is None:
         return
     elif isinstance(notebook, str):
-        (folder / f"{ASSIGNMENT}.ipynb").write_text(notebook)
+        (folder / f"{assignment}.ipynb").write_text(notebook)
     else:
-        (folder / f"{ASSIGNMENT}.ipynb").write_text(json.dumps(notebook))
+        (folder / f"{assignment}.ipynb").write_text(json.dumps(notebook))
     (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
 

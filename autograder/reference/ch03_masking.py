@@ -1,0 +1,230 @@
+"""Reference answers and cases of assignment 03_masking (grading side only).
+
+Contract section 03: masked softmax with valid lengths, the causal, padding and window
+masks, and masked attention. One mask convention throughout, that of
+``torch.nn.functional.scaled_dot_product_attention``: a bool mask, ``True`` = may attend.
+The book's chapter 3 demonstrates with these functions.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from ..runner import Call
+from .ch02_attention_scoring import scaled_dot_product_scores
+
+# --------------------------------------------------------------------------------------
+# Reference implementations
+# --------------------------------------------------------------------------------------
+
+
+def softmax_with_mask(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Softmax over the last axis where ``mask`` is ``True``; exact zeros elsewhere.
+
+    Args:
+        scores: ``(..., q, k)``.
+        mask: bool, broadcastable to ``scores``.
+
+    Returns:
+        ``(..., q, k)`` weights; a row with no allowed key is all zeros, never NaN.
+    """
+    mask = mask.expand_as(scores)
+    has_key = mask.any(dim=-1, keepdim=True)  # (..., q, 1)
+    # -inf gives masked keys exactly zero weight; an all-masked row is set to 0s instead,
+    # so its softmax is finite (uniform), and the final `* mask` zeroes it.
+    scores = scores.masked_fill(~mask, float("-inf")).masked_fill(~has_key, 0.0)
+    return torch.softmax(scores, dim=-1) * mask
+
+
+def masked_softmax(X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor:
+    """Softmax over the last axis of ``X`` that ignores keys at or past each valid length (book, chapter 3).
+
+    Args:
+        X: ``(batch, q, k)`` scores.
+        valid_lens: ``None`` (no masking), ``(batch,)`` (one length per sequence) or
+            ``(batch, q)`` (one length per query).
+
+    Returns:
+        ``(batch, q, k)`` weights; ``X`` is left unchanged.
+    """
+    if X.dim() != 3:
+        raise ValueError(f"X must be (batch, q, k), got shape {tuple(X.shape)}")
+    if valid_lens is None:
+        return torch.softmax(X, dim=-1)
+    batch, q, k = X.shape
+    if valid_lens.shape not in ((batch,), (batch, q)):
+        raise ValueError(f"valid_lens must be (batch,) = ({batch},) or (batch, q) = ({batch}, {q}), got {tuple(valid_lens.shape)}")
+    # (batch,) -> (batch, 1) so that both forms broadcast over queries as (batch, q or 1, 1)
+    lens = (valid_lens if valid_lens.dim() == 2 else valid_lens[:, None])[..., None]
+    positions = torch.arange(k, device=X.device)  # (k,)
+    return softmax_with_mask(X, positions < lens)  # mask (batch, q or 1, k)
+
+
+def causal_mask(num_queries: int, num_keys: int, device=None) -> torch.Tensor:
+    """Bool ``(q, k)``, ``True`` where key ``j ≤`` query ``i`` (top-left aligned)."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(valid_lens: torch.Tensor, num_keys: int) -> torch.Tensor:
+    """Bool ``(batch, 1, k)``, ``True`` where key ``j < valid_lens[b]``.
+
+    Args:
+        valid_lens: ``(batch,)`` integer lengths.
+    """
+    if valid_lens.dim() != 1:
+        raise ValueError(f"valid_lens must be (batch,), got shape {tuple(valid_lens.shape)}")
+    # (k,) against (batch, 1, 1) -> (batch, 1, k)
+    return torch.arange(num_keys, device=valid_lens.device) < valid_lens[:, None, None]
+
+
+def window_mask(num_queries: int, num_keys: int, radius: int) -> torch.Tensor:
+    """Bool ``(q, k)``, ``True`` where ``|i - j| ≤ radius`` (restricted self-attention)."""
+    if radius < 0:
+        raise ValueError(f"radius must be non-negative, got {radius}")
+    i = torch.arange(num_queries)[:, None]  # (q, 1)
+    j = torch.arange(num_keys)[None, :]  # (1, k)
+    return (i - j).abs() <= radius
+
+
+def masked_attention(queries, keys, values, mask=None):
+    """Scaled dot-product attention with an optional bool mask (``True`` = may attend).
+
+    Args:
+        queries: ``(..., q, d)``; keys: ``(..., k, d)``; values: ``(..., k, v)``.
+        mask: bool, broadcastable to ``(..., q, k)``, or ``None``.
+
+    Returns:
+        ``(output, weights)``: ``(..., q, v)`` and ``(..., q, k)``; fully masked rows are zeros.
+    """
+    if values.dim() < 2 or values.shape[-2] != keys.shape[-2]:
+        raise ValueError(f"values must be (..., k, v) with k = {keys.shape[-2]}, got shape {tuple(values.shape)}")
+    scores = scaled_dot_product_scores(queries, keys)  # (..., q, k)
+    if mask is None:
+        weights = torch.softmax(scores, dim=-1)
+    else:
+        if mask.dtype != torch.bool:
+            raise ValueError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+        weights = softmax_with_mask(scores, mask)
+    return weights @ values, weights
+
+
+REFERENCES = {
+    "masked_softmax": masked_softmax,
+    "causal_mask": causal_mask,
+    "padding_mask": padding_mask,
+    "window_mask": window_mask,
+    "masked_attention": masked_attention,
+}
+
+# --------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------
+
+
+def _derived(seed: int, count: int = 3) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(2**31) for _ in range(count)]
+
+
+def _length_calls(seeds) -> list[Call]:
+    """Scores ``(batch, q, k)`` with ``valid_lens`` None, ``(batch,)`` and ``(batch, q)``; zeros included."""
+    calls = []
+    for seed in seeds:
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        batch, q, k = rng.randint(2, 4), rng.randint(1, 5), rng.randint(2, 7)
+        X = torch.randn(batch, q, k, generator=g) * 3
+        per_sequence = torch.randint(0, k + 1, (batch,), generator=g)
+        per_sequence[0] = 0  # an empty sequence: all-zero weights
+        per_query = torch.randint(0, k + 1, (batch, q), generator=g)
+        per_query[-1, 0] = k  # a query that sees every key
+        for lens in (None, per_sequence, per_query):
+            described = f"X {tuple(X.shape)}, valid_lens " + ("None" if lens is None else f"{lens.tolist()}")
+            calls.append(Call(described, (X, lens)))
+    return calls
+
+
+def _extreme_lengths_call() -> Call:
+    """Scores of ±200: exp overflows float32, so a softmax must subtract the row maximum."""
+    X = torch.tensor([[[200.0, -200.0, 150.0, 0.0]], [[-200.0, 199.0, 200.0, 50.0]]])
+    return Call("X (2, 1, 4) with scores of ±200, valid_lens [3, 0]", (X, torch.tensor([3, 0])))
+
+
+def _masked_softmax_visible() -> list[Call]:
+    return _length_calls([0, 1, 2]) + [_extreme_lengths_call()]
+
+
+def _masked_softmax_hidden(seed: int) -> list[Call]:
+    return _length_calls(_derived(seed)) + [_extreme_lengths_call()]
+
+
+def _mask_sizes(seed: int | None) -> list[tuple[int, int]]:
+    """``(q, k)`` pairs: square, wide, tall and single; random ones when seeded."""
+    if seed is None:
+        return [(4, 4), (3, 5), (5, 3), (1, 1)]
+    rng = random.Random(seed)
+    n = rng.randint(2, 9)
+    return [(n, n), (1, 1)] + [(rng.randint(1, 9), rng.randint(1, 9)) for _ in range(3)]
+
+
+def _causal_calls(seed: int | None) -> list[Call]:
+    return [Call(f"causal_mask({q}, {k}, device=...)", (q, k), {"device": torch.device("cpu")})
+            for q, k in _mask_sizes(seed)]
+
+
+def _padding_calls(seeds) -> list[Call]:
+    calls = []
+    for seed in seeds:
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        k = rng.randint(1, 8)
+        lens = torch.randint(0, k + 1, (rng.randint(1, 4),), generator=g)
+        calls.append(Call(f"valid_lens {lens.tolist()}, num_keys {k}", (lens, k)))
+    # the extremes: an empty sequence and a full one
+    calls.append(Call("valid_lens [0, 5], num_keys 5", (torch.tensor([0, 5]), 5)))
+    return calls
+
+
+def _window_calls(seed: int | None) -> list[Call]:
+    return [Call(f"window_mask({q}, {k}, radius={r})", (q, k, r))
+            for q, k in _mask_sizes(seed) for r in (0, 1, 2, max(q, k))]
+
+
+def _attention_calls(seeds) -> list[Call]:
+    """Queries, keys, values with 1 to 3 leading dimensions and masks of several shapes."""
+    calls = []
+    for seed in seeds:
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        batch = tuple(rng.randint(1, 3) for _ in range(rng.randint(1, 3)))
+        q, k, d, v = rng.randint(1, 6), rng.randint(2, 7), rng.randint(1, 8), rng.randint(1, 5)
+        queries = torch.randn(*batch, q, d, generator=g)
+        keys, values = torch.randn(*batch, k, d, generator=g), torch.randn(*batch, k, v, generator=g)
+        random_mask = torch.rand(*batch, q, k, generator=g) < 0.6
+        random_mask[..., 0, :] = False  # the first query may attend to nothing
+        masks = {"None": None, "causal (q, k)": causal_mask(q, k), "random with an empty row": random_mask,
+                 "window radius 1 (1, q, k)": window_mask(q, k, 1)[None]}
+        for name, mask in masks.items():
+            described = f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, values {tuple(values.shape)}, mask {name}"
+            calls.append(Call(described, (queries, keys, values), {"mask": mask}))
+    # scores in the hundreds, with a masked key holding the largest score
+    g = torch.Generator().manual_seed(seeds[0])
+    queries, keys = torch.randn(2, 3, 4, generator=g) * 40, torch.randn(2, 5, 4, generator=g) * 40
+    calls.append(Call("queries (2, 3, 4), keys (2, 5, 4) with scores in the hundreds, values (2, 5, 2), mask causal",
+                      (queries, keys, torch.randn(2, 5, 2, generator=g)), {"mask": causal_mask(3, 5)}))
+    return calls
+
+
+VISIBLE = {
+    "masked_softmax": _masked_softmax_visible,
+    "causal_mask": lambda: _causal_calls(None),
+    "padding_mask": lambda: _padding_calls([0, 1, 2]),
+    "window_mask": lambda: _window_calls(None),
+    "masked_attention": lambda: _attention_calls([0, 1, 2]),
+}
+HIDDEN = {
+    "masked_softmax": _masked_softmax_hidden,
+    "causal_mask": _causal_calls,
+    "padding_mask": lambda seed: _padding_calls(_derived(seed)),
+    "window_mask": _window_calls,
+    "masked_attention": lambda seed: _attention_calls(_derived(seed)),
+}

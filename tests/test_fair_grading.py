@@ -1,0 +1,231 @@
+"""Grades an instructor can defend: reproducible hidden cases, one bug costing once,
+results and argument checks graded apart, and visible cases stored as data.
+
+These run the checks in this process, in milliseconds to seconds; the grading command's
+end-to-end counterparts are in ``test_grading.py``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+import torch
+
+import catalogue_ch01
+import catalogue_ch02
+import catalogue_ch03
+from autograder import ch01_nadaraya_watson as ch01
+from autograder import ch02_attention_scoring as ch02
+from autograder import ch03_masking as ch03
+from autograder import runner
+from autograder.reference import generate
+
+CHAPTERS = generate.chapters()
+
+
+def checks_of(chapter: str):
+    return importlib.import_module(f"autograder.{chapter}")
+
+
+def references_of(chapter: str):
+    return importlib.import_module(f"autograder.reference.{chapter}")
+
+
+def all_parts():
+    return [(chapter, name) for chapter in CHAPTERS for name in checks_of(chapter).PARTS]
+
+
+def tensors(calls: list[runner.Call]) -> list[torch.Tensor]:
+    return [t for call in calls for t in [*call.args, *call.kwargs.values()] if isinstance(t, torch.Tensor)]
+
+
+def same_calls(first: list[runner.Call], second: list[runner.Call]) -> bool:
+    """Same descriptions (they hold the sizes and other numbers) and equal tensors."""
+    a, b = tensors(first), tensors(second)
+    return ([c.description for c in first] == [c.description for c in second] and len(a) == len(b)
+            and all(x.shape == y.shape and torch.equal(x.nan_to_num(0), y.nan_to_num(0)) for x, y in zip(a, b)))
+
+
+def hidden_calls_for(monkeypatch, key: str, chapter: str, name: str) -> list[runner.Call]:
+    monkeypatch.setattr(runner, "SEED_KEY", key)
+    return runner.hidden_calls(checks_of(chapter).PARTS[name])[0]
+
+
+# ---- the chapters' tables agree ----
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_part_has_a_reference_visible_cases_and_hidden_cases(chapter):
+    parts, references = set(checks_of(chapter).PARTS), references_of(chapter)
+    assert parts == set(references.REFERENCES) == set(references.VISIBLE) == set(references.HIDDEN)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_committed_visible_cases_equal_a_fresh_generation(chapter):
+    committed = (runner.CASES_DIRECTORY / f"{chapter}.json").read_text(encoding="utf-8")
+    assert committed == generate.render(generate.visible_cases(chapter)), (
+        f"autograder/cases/{chapter}.json is stale: run `make exercises` and commit the result")
+
+
+# ---- reproducible hidden cases ----
+
+
+@pytest.mark.parametrize("chapter, name", all_parts())
+def test_hidden_cases_repeat_for_one_student_and_differ_between_two(monkeypatch, chapter, name):
+    first = hidden_calls_for(monkeypatch, "student-a", chapter, name)
+    again = hidden_calls_for(monkeypatch, "student-a", chapter, name)
+    other = hidden_calls_for(monkeypatch, "student-b", chapter, name)
+    assert first and same_calls(first, again), "the same key drew different hidden cases"
+    assert not same_calls(first, other), "two students drew the same hidden cases"
+
+
+def test_the_seed_depends_on_key_chapter_and_part(monkeypatch):
+    monkeypatch.setattr(runner, "SEED_KEY", "k")
+    seeds = {runner.hidden_seed(c, p) for c in ("ch01", "ch02") for p in ("a", "b")}
+    monkeypatch.setattr(runner, "SEED_KEY", "other")
+    seeds |= {runner.hidden_seed("ch01", "a")}
+    assert len(seeds) == 5 and all(0 <= s < 2**31 for s in seeds)
+
+
+def test_the_grading_secret_gives_each_student_a_key(tmp_path):
+    from autograder.grading.secret import load_or_create, student_key
+
+    secret, created = load_or_create(tmp_path / "secret")
+    again, created_again = load_or_create(tmp_path / "secret")
+    assert created and not created_again and secret == again
+    assert (tmp_path / "secret").stat().st_mode & 0o077 == 0, "others can read the course secret"
+    keys = {student_key(secret, a, s) for a in ("01_x", "02_y") for s in ("ada", "ben")}
+    assert len(keys) == 4 and secret.decode() not in "".join(keys)
+
+
+# ---- edge cases that decide correctness are always drawn ----
+
+
+@pytest.mark.parametrize("key", [f"student-{i}" for i in range(10)])
+def test_hidden_cases_always_hold_the_deciding_edge_cases(monkeypatch, key):
+    pooling = hidden_calls_for(monkeypatch, key, "ch01_nadaraya_watson", "nadaraya_watson")
+    gaussian = next(c for c in pooling if c.kwargs["kernel"].__name__ == "gaussian_kernel")
+    queries, keys_ = gaussian.args[:2]
+    sums = gaussian.kwargs["kernel"]((queries[:, None] - keys_[None, :]) / gaussian.kwargs["bandwidth"]).sum(1)
+    assert ((sums > 0) & (sums < 1e-8)).any(), "no row with a tiny but non-zero kernel sum"
+    assert any((c.kwargs["kernel"]((c.args[0][:, None] - c.args[1]) / c.kwargs["bandwidth"]).sum(1) == 0).any()
+               for c in pooling), "no empty row"
+    lengths = hidden_calls_for(monkeypatch, key, "ch03_masking", "masked_softmax")
+    assert any(c.args[1] is not None and (c.args[1] == 0).any() for c in lengths), "no length-0 sequence"
+    assert any(c.args[0].abs().max() >= 100 for c in lengths), "no extreme scores"
+
+
+# ---- a sloppy answer fails for every student, visibly ----
+
+
+def test_an_epsilon_in_the_denominator_fails_for_every_student(monkeypatch):
+    answer = catalogue_ch01._epsilon_in_denominator
+    with pytest.raises(AssertionError, match="nadaraya_watson: predictions: wrong values"):
+        ch01.check_nadaraya_watson(answer)
+    for i in range(12):
+        monkeypatch.setattr(runner, "SEED_KEY", f"student-{i}")
+        with pytest.raises(AssertionError, match=r"hidden case \(seed \d+\)"):
+            ch01.check_nadaraya_watson(answer, hidden=True)
+
+
+# ---- results and argument checks graded apart ----
+
+RESULTS_RIGHT_ARGUMENTS_MISSING = [
+    (ch01.check_nadaraya_watson, ch01.check_nadaraya_watson_arguments, catalogue_ch01._no_argument_checks),
+    (ch02.check_scaled_dot_product_scores, ch02.check_scaled_dot_product_scores_arguments, catalogue_ch02._no_width_check),
+    (ch03.check_masked_attention, ch03.check_masked_attention_arguments, catalogue_ch03._accepts_float_masks),
+]
+
+
+@pytest.mark.parametrize("results, arguments, answer", RESULTS_RIGHT_ARGUMENTS_MISSING,
+                         ids=[a.__name__ for _, _, a in RESULTS_RIGHT_ARGUMENTS_MISSING])
+def test_right_results_without_value_errors_keep_the_results_points(results, arguments, answer):
+    results(answer)
+    results(answer, hidden=True)
+    with pytest.raises(AssertionError, match="ValueError"):
+        arguments(answer)
+
+
+# ---- one bug costs once ----
+
+
+def _wrong_scores(queries, keys):
+    return queries @ keys.transpose(-2, -1) / queries.shape[-1]  # by d, not √d
+
+
+def test_attention_is_graded_apart_from_a_wrong_scoring_function():
+    def attention(queries, keys, values, score_fn=_wrong_scores):
+        if values.shape[-2] != keys.shape[-2]:
+            raise ValueError("values must have one row per key")
+        weights = torch.softmax(score_fn(queries, keys), dim=-1)
+        return weights @ values, weights
+
+    with pytest.raises(AssertionError):
+        ch02.check_scaled_dot_product_scores(_wrong_scores)
+    ch02.check_attention(attention)
+    ch02.check_attention(attention, hidden=True)
+
+
+def _student_training_with_a_wrong_leave_one_out():
+    """``train_nw`` as a student writes it, calling their own (wrong) ``leave_one_out``."""
+    namespace = {"torch": torch}
+    exec(  # noqa: S102 (a student's notebook cells, as one namespace)
+        "def leave_one_out(x, y):\n"
+        "    n = len(x)\n"
+        "    return x.expand(n, n).clone(), y.expand(n, n).clone()  # keeps every pair\n"
+        "\n"
+        "def train_nw(model, x_train, y_train, epochs=5, lr=0.5):\n"
+        "    optimizer = torch.optim.SGD(model.parameters(), lr=lr)\n"
+        "    losses = []\n"
+        "    for _ in range(epochs):\n"
+        "        keys, values = leave_one_out(x_train, y_train)\n"
+        "        loss = ((model(x_train, keys, values) - y_train) ** 2).sum()\n"
+        "        optimizer.zero_grad()\n"
+        "        loss.backward()\n"
+        "        optimizer.step()\n"
+        "        losses.append(loss.item())\n"
+        "    return losses\n",
+        namespace,
+    )
+    return namespace
+
+
+def test_training_is_graded_with_the_reference_leave_one_out():
+    namespace = _student_training_with_a_wrong_leave_one_out()
+    own = namespace["leave_one_out"]
+    with pytest.raises(AssertionError):
+        ch01.check_leave_one_out(own)
+    ch01.check_train_nw(namespace["train_nw"])
+    ch01.check_train_nw(namespace["train_nw"], hidden=True)
+    assert namespace["leave_one_out"] is own, "the student's own function must be put back after the check"
+
+
+def test_without_the_references_a_student_is_told_which_part_to_fix_first(monkeypatch):
+    monkeypatch.setattr(runner, "reference_module", lambda chapter: None)
+    namespace = _student_training_with_a_wrong_leave_one_out()
+    with pytest.raises(AssertionError, match="calls your `leave_one_out`.*fix `leave_one_out` first"):
+        ch01.check_train_nw(namespace["train_nw"])
+    with pytest.raises(RuntimeError, match="grading side"):
+        ch01.check_leave_one_out(namespace["leave_one_out"], hidden=True)
+
+
+# ---- visible cases as data ----
+
+
+def test_visible_cases_survive_the_trip_through_json():
+    values = (torch.tensor([1.5, -math.inf, math.nan], dtype=torch.float64), torch.tensor([[True, False]]),
+              torch.arange(6).reshape(2, 3), torch.device("cpu"), torch.float16, [1, 2.5, None, "x"],
+              {"kernel": ch01.cauchy_kernel}, float("inf"))
+    decoded = runner.decode(ch01.CHAPTER, runner.encode(ch01.CHAPTER, values))
+    assert isinstance(decoded, tuple) and len(decoded) == len(values)
+    assert torch.equal(decoded[0].nan_to_num(0), values[0].nan_to_num(0)) and decoded[0].isnan()[2]
+    assert decoded[0].dtype == torch.float64
+    assert torch.equal(decoded[1], values[1]) and torch.equal(decoded[2], values[2])
+    assert decoded[3:7] == values[3:7] and decoded[7] == math.inf
+
+
+def test_a_visible_case_may_pass_only_helpers_of_the_checks():
+    with pytest.raises(ValueError, match="HELPERS"):
+        runner.encode(ch01.CHAPTER, lambda u: u)
