@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -23,20 +24,28 @@ import pytest
 import submissions as S
 from course import load, make_course, nbgrader, notebook
 
+pytestmark = pytest.mark.slow
+
 A = S.ASSIGNMENT
 
 
-def grade(course: Path, *options: str) -> subprocess.CompletedProcess:
+def grade_command(course: Path, *options: str, assignment: str = A) -> list[str]:
+    """The grading command for ``course``, with the course secret in a file beside it."""
+    return [sys.executable, "-m", "autograder", "grade", assignment, "--course-dir", str(course),
+            "--secret-file", str(course.parent / f"{course.name}.secret"), *options]
+
+
+def grade(course: Path, *options: str, assignment: str = A) -> subprocess.CompletedProcess:
     """Run the grading command on ``course``; fail with its output if it fails."""
-    command = [sys.executable, "-m", "autograder", "grade", A, "--course-dir", str(course), *options]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=1200)
+    result = subprocess.run(grade_command(course, *options, assignment=assignment), capture_output=True, text=True,
+                            timeout=1200)
     assert result.returncode == 0, f"grading failed:\n{result.stdout}\n{result.stderr}"
     return result
 
 
-def read_rows(course: Path) -> dict[tuple[str, str], dict]:
+def read_rows(course: Path, assignment: str = A) -> dict[tuple[str, str], dict]:
     """``{(student, part): row}`` of ``grades/<assignment>.csv``."""
-    with (course / "grades" / f"{A}.csv").open(newline="") as handle:
+    with (course / "grades" / f"{assignment}.csv").open(newline="") as handle:
         return {(row["student"], row["part"]): row for row in csv.DictReader(handle)}
 
 
@@ -156,10 +165,10 @@ def test_unchanged_submissions_are_not_graded_again(graded):
 def test_a_killed_run_resumes_to_the_grades_of_an_uninterrupted_one(tmp_path):
     course = make_course(tmp_path)
     solution, blank = load(notebook(course / "solutions", A)), load(notebook(course / "exercises", A))
-    expected = {"ada": 8.0, "ben": 0.0, "cy": 8.0, "dee": 0.0}
+    expected = {"ada": 8.0, "ben": 0.0, "cy": 8.0, "dee": 0.0}  # the assignment's 8 points, or none
     for student, total in expected.items():
         S.write(course, student, solution if total else blank)
-    command = [sys.executable, "-m", "autograder", "grade", A, "--course-dir", str(course), "--workers", "1"]
+    command = grade_command(course, "--workers", "1")
     run = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     states = course / "grades" / ".state" / A
     deadline = time.monotonic() + 300
@@ -209,3 +218,73 @@ def test_an_unedited_notebook_is_graded_as_the_source_itself():
     assembled = assemble(source, source)
     assert [c.source for c in assembled.notebook.cells] == [c.source for c in source.cells]
     assert "extra" not in assembled.roles and not any(p.tampered for p in assembled.parts)
+
+
+# --------------------------------------------------------------------------------------
+# Grades an instructor can defend: reproducible, proportionate, one bug costs once
+# --------------------------------------------------------------------------------------
+
+SCORING = "02_attention_scoring"
+K_T_SLIP = """
+def scaled_dot_product_scores(queries, keys):
+    if queries.dim() < 2 or keys.dim() < 2 or keys.shape[-1] != queries.shape[-1]:
+        raise ValueError("queries and keys must be (..., n, d) of one width d")
+    return queries @ keys.T / math.sqrt(queries.shape[-1])  # .T reverses every axis of a batch
+"""
+NO_VALIDATION = """
+def scaled_dot_product_scores(queries, keys):
+    return queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+"""
+TUNED_TO_THE_VISIBLE_CASES = """
+def attention(queries, keys, values, score_fn=scaled_dot_product_scores):
+    if values.shape[-2] != keys.shape[-2]:
+        raise ValueError("values must have one row per key")
+    weights = torch.softmax(score_fn(queries, keys), dim=-1)
+    if "autograder.ch02" in getattr(score_fn, "__module__", ""):  # the visible cases' scores
+        return weights @ values, weights
+    return weights @ values * 1.01, weights
+"""
+
+
+@pytest.fixture(scope="module")
+def scoring_course(tmp_path_factory):
+    """Assignment 02 graded twice (the second time with --force) with the same secret."""
+    course = make_course(tmp_path_factory.mktemp("scoring"))
+    solution = load(notebook(course / "solutions", SCORING))
+    submissions = {
+        "correct": solution,
+        "k_t_slip": S.answer(solution, "scaled_dot_product_scores", K_T_SLIP),
+        "no_validation": S.answer(solution, "scaled_dot_product_scores", NO_VALIDATION),
+        "twin_a": S.answer(solution, "attention", TUNED_TO_THE_VISIBLE_CASES),
+        "twin_b": S.answer(solution, "attention", TUNED_TO_THE_VISIBLE_CASES),
+    }
+    for student, nb in submissions.items():
+        S.write(course, student, nb, assignment=SCORING)
+    grade(course, "--workers", "2", assignment=SCORING)
+    first = (course / "grades" / f"{SCORING}.csv").read_bytes()
+    grade(course, "--workers", "2", "--force", assignment=SCORING)
+    return course, first
+
+
+def test_regrading_gives_byte_identical_grades(scoring_course):
+    course, first = scoring_course
+    assert (course / "grades" / f"{SCORING}.csv").read_bytes() == first
+
+
+def test_one_bug_costs_once_and_argument_checks_are_graded_apart(scoring_course):
+    course, _ = scoring_course
+    rows = read_rows(course, SCORING)
+    lost = {student: {part for (s, part), row in rows.items() if s == student and row["status"] != "passed"}
+            for student in ("correct", "k_t_slip", "no_validation")}
+    assert lost == {"correct": set(), "k_t_slip": {"test_scaled_dot_product_scores"},
+                    "no_validation": {"test_scaled_dot_product_scores_arguments"}}
+    assert float(rows[("no_validation", "test_scaled_dot_product_scores")]["score"]) == 1.5
+
+
+def test_two_students_get_different_hidden_cases(scoring_course):
+    course, _ = scoring_course
+    rows = read_rows(course, SCORING)
+    messages = [rows[(twin, "test_attention")]["message"] for twin in ("twin_a", "twin_b")]
+    seeds = [re.search(r"hidden case \(seed (\d+)\)", message) for message in messages]
+    assert all(seeds), f"only the hidden cases catch this answer: {messages}"
+    assert seeds[0].group(1) != seeds[1].group(1), "two students were graded on the same hidden inputs"

@@ -1,5 +1,7 @@
 """``python -m autograder grade ASSIGNMENT``: grade every submission, in parallel, in sandboxes.
 
+(``python -m autograder publish DEST`` writes the student repository: see ``publish.py``.)
+
 Each submission is graded by a worker process of its own, whose kernel runs in the
 sandbox (``sandbox.py``). The main process is the only one that writes: after each
 submission it records the scores in the gradebook, then a state file with the
@@ -11,6 +13,7 @@ and nothing is counted twice.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import multiprocessing
@@ -27,7 +30,9 @@ from .. import __version__
 from .grade import STATUSES, PartResult, grade_submission
 from .gradebook import Course, ensure_assignment, read_timestamp, record, write_csv
 from .notebooks import parts_of
+from .publish import PublishError, publish
 from .sandbox import Limits, SandboxUnavailable, check_bubblewrap
+from .secret import default_path, fingerprint, load_or_create, student_key
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -41,9 +46,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     grade.add_argument("--timeout", type=float, default=120.0, help="seconds one cell may run (default: 120)")
     grade.add_argument("--notebook-timeout", type=float, default=None, help="seconds one notebook may run (default: 5 x --timeout)")
     grade.add_argument("--memory-mb", type=int, default=4096, help="memory of one submission's kernel (default: 4096)")
+    grade.add_argument("--secret-file", type=Path, default=None,
+                       help="the course secret behind the hidden cases; made on first use, keep it out of every "
+                            f"repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})")
     grade.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
     grade.add_argument("--no-sandbox", action="store_true", help="run student code without bubblewrap (unsafe)")
+    release = commands.add_parser("publish", help="write the student repository of a course run for credit")
+    release.add_argument("destination", type=Path, help="folder of the student repository (made, or updated)")
+    release.add_argument("--course-dir", type=Path, default=Path("."), help="the course repository (default: .)")
     args = parser.parse_args(argv)
+    if args.command == "publish":
+        return args
     if args.workers < 1 or args.timeout <= 0 or args.memory_mb < 256:
         parser.error("--workers must be >= 1, --timeout > 0 and --memory-mb >= 256")
     return args
@@ -54,10 +67,20 @@ def main(argv: list[str] | None = None) -> int:
     # nbgrader creates a new gradebook with the `alembic` command of this environment
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     try:
+        if args.command == "publish":
+            return publish_student_repository(args)
         return grade_assignment(args)
-    except (SandboxUnavailable, FileNotFoundError, ValueError) as error:
+    except (SandboxUnavailable, FileNotFoundError, ValueError, PublishError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def publish_student_repository(args: argparse.Namespace) -> int:
+    """``publish DEST``: exercises and visible checks, without references or solutions."""
+    written = publish(args.course_dir, args.destination)
+    print(f"published {len(written)} files to {args.destination.resolve()}: exercises/, the visible checks "
+          "(autograder/ without reference/ and grading/), binder/, pyproject.toml, README.md")
+    return 0
 
 
 def grade_assignment(args: argparse.Namespace) -> int:
@@ -67,11 +90,12 @@ def grade_assignment(args: argparse.Namespace) -> int:
     source_path = course.source_notebook(args.assignment)
     source = nbformat.read(source_path, as_version=4)
     limits = _limits(args)
+    secret = _secret(args.secret_file or default_path())
     ensure_assignment(course, args.assignment, source_path)
     students = course.students(args.assignment)
     if not students:
         raise FileNotFoundError(f"no submissions of {args.assignment} under {course.root / course.coursedir.submitted_directory}")
-    fingerprints = {s: _fingerprint(course, args.assignment, s, source_path) for s in students}
+    fingerprints = {s: _fingerprint(course, args.assignment, s, source_path, secret) for s in students}
     todo = [s for s in students if args.force or _state(course, args.assignment, s).get("fingerprint") != fingerprints[s]]
     print(f"{args.assignment}: {len(students)} submissions, {len(todo)} to grade "
           f"({len(students) - len(todo)} unchanged), {args.workers} workers, device {limits.device}, "
@@ -79,7 +103,9 @@ def grade_assignment(args: argparse.Namespace) -> int:
     progress = _Progress(len(todo))
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=args.workers, mp_context=context) as pool:
-        jobs = {pool.submit(_grade_one, course.root, args.assignment, s, str(source_path), limits): s for s in todo}
+        jobs = {pool.submit(_grade_one, course.root, args.assignment, s, str(source_path),
+                            dataclasses.replace(limits, seed_key=student_key(secret, args.assignment, s))): s
+                for s in todo}
         for job in as_completed(jobs):
             student = jobs[job]
             results, unanswered = _collect(job, source)
@@ -106,6 +132,15 @@ def _limits(args: argparse.Namespace) -> Limits:
     notebook_seconds = args.notebook_timeout or 5 * args.timeout
     return Limits(cell_seconds=args.timeout, notebook_seconds=notebook_seconds, memory_mb=args.memory_mb,
                   threads=threads, device=device, sandbox=not args.no_sandbox)
+
+
+def _secret(path: Path) -> bytes:
+    """The course secret, made on first use (and said so, since regrades need the same file)."""
+    secret, created = load_or_create(path)
+    if created:
+        print(f"made a new grading secret in {path}: keep it (regrades need it) and out of every repository",
+              flush=True)
+    return secret
 
 
 def _grade_one(root: Path, assignment: str, student: str, source_path: str, limits: Limits) -> tuple[list[dict], dict]:
@@ -152,9 +187,9 @@ def _save(course: Course, assignment: str, student: str, source_path: Path, resu
     os.replace(path.with_suffix(".partial"), path)
 
 
-def _fingerprint(course: Course, assignment: str, student: str, source_path: Path) -> str:
-    """A hash of everything a grade depends on: the submission, the source, the grader."""
-    digest = hashlib.sha256(f"{__version__}\n".encode())
+def _fingerprint(course: Course, assignment: str, student: str, source_path: Path, secret: bytes) -> str:
+    """A hash of everything a grade depends on: the submission, the source, the grader, the secret."""
+    digest = hashlib.sha256(f"{__version__}\n{fingerprint(secret)}\n".encode())
     digest.update(source_path.read_bytes())
     folder = course.folder("submitted", assignment, student)
     for path in sorted(folder.rglob("*")):

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 
+from ..runner import SEED_KEY_VARIABLE
+
 
 class SandboxUnavailable(Exception):
     """bubblewrap is missing or does not work on this machine; the message says what to do."""
@@ -44,6 +46,8 @@ class Limits:
         threads: PyTorch CPU threads of the kernel.
         device: ``"cpu"`` (CUDA hidden from the kernel) or ``"cuda"``.
         sandbox: run the kernel under bubblewrap (``False`` only for machines without it).
+        seed_key: the key of this student's hidden cases (``AUTOGRADER_SEED_KEY`` in the
+            kernel; see ``secret.py``), ``""`` for none.
     """
 
     cell_seconds: float = 120.0
@@ -53,6 +57,7 @@ class Limits:
     threads: int = 1
     device: str = "cpu"
     sandbox: bool = True
+    seed_key: str = ""
 
 
 def check_bubblewrap() -> None:
@@ -94,6 +99,8 @@ def bwrap_command(kernel_command: list[str], sockets: str, scratch: str, limits:
         "PYTHONDONTWRITEBYTECODE": "1",
         "CUDA_VISIBLE_DEVICES": "" if limits.device == "cpu" else os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
     }
+    if limits.seed_key:
+        env[SEED_KEY_VARIABLE] = limits.seed_key
     prlimit = ["prlimit", f"--data={limits.memory_mb * 2**20}", "--core=0", f"--fsize={256 * 2**20}", "--"]
     if not limits.sandbox:
         return prlimit + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + kernel_command
