@@ -1,0 +1,198 @@
+"""What students install holds no reference answer and no hidden test, and every visible
+check works from it.
+
+Two things reach students: the wheel pip builds from the course repository (what an
+exercise notebook's set-up cell installs on Colab, for the open course) and the student
+repository that ``python -m autograder publish`` writes (for a course run for credit).
+Both are built here, searched for the code of every reference implementation and every
+hidden test, and the visible checks are run from the students' copy alone.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from autograder.grading.notebooks import release_source
+from autograder.grading.publish import publish
+from autograder.reference import generate
+from course import ASSIGNMENTS, ROOT, load, notebook
+
+pytestmark = pytest.mark.slow
+
+
+def build_wheel(source: str, folder: Path) -> Path:
+    folder.mkdir()
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                            "--wheel-dir", str(folder), source], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-3000:]
+    (wheel,) = folder.glob("*.whl")
+    return wheel
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory) -> dict[str, Path]:
+    """``course``: the course repository as committed, cloned by pip as on Colab;
+    ``students``: the student repository published from this working tree."""
+    folder = tmp_path_factory.mktemp("wheels")
+    student_repository = folder / "student-repository"
+    publish(ROOT, student_repository)
+    return {"course": build_wheel(f"git+file://{ROOT}", folder / "course"),
+            "students": build_wheel(str(student_repository), folder / "students")}
+
+
+def wheel_texts(wheel: Path) -> dict[str, str]:
+    with zipfile.ZipFile(wheel) as archive:
+        return {name: archive.read(name).decode("utf-8", errors="replace") for name in archive.namelist()}
+
+
+def code_block(source: str) -> str:
+    """A function's or class's code without its first line, docstrings and comments, one stripped line each."""
+    source = textwrap.dedent(source)
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+            docstrings |= set(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = source.splitlines()
+    kept = [line.strip() for number, line in enumerate(lines[1:], start=2) if number not in docstrings]
+    return "\n".join(line for line in kept if line and not line.startswith("#"))
+
+
+def reference_code() -> dict[str, str]:
+    """``{qualified name: code block}`` of every function and class of the reference modules."""
+    blocks = {}
+    for chapter in generate.chapters():
+        module = importlib.import_module(f"autograder.reference.{chapter}")
+        for name, value in vars(module).items():
+            if (inspect.isfunction(value) or inspect.isclass(value)) and value.__module__ == module.__name__:
+                block = code_block(inspect.getsource(value))
+                if block.count("\n") >= 1 or len(block) > 40:  # long enough to be more than a coincidence
+                    blocks[f"{chapter}.{name}"] = block
+    return blocks
+
+
+def hidden_tests() -> list[str]:
+    """The code lines of every hidden-test block of the solutions."""
+    lines = []
+    for assignment in ASSIGNMENTS:
+        for cell in load(notebook(ROOT / "solutions", assignment))["cells"]:
+            source = "".join(cell["source"])
+            for block in re.findall(r"### BEGIN HIDDEN TESTS\n(.*?)### END HIDDEN TESTS", source, flags=re.DOTALL):
+                lines += [line.strip() for line in block.splitlines() if line.strip()]
+    return lines
+
+
+@pytest.mark.parametrize("which", ["course", "students"])
+def test_the_wheel_holds_the_checks_and_their_cases_and_requires_nothing(wheels, which):
+    texts = wheel_texts(wheels[which])
+    withheld = ("reference",) if which == "course" else ("reference", "grading")
+    modules = {str(p.relative_to(ROOT)) for p in (ROOT / "autograder").rglob("*.py")
+               if p.relative_to(ROOT / "autograder").parts[0] not in withheld}
+    assert modules <= set(texts), f"the wheel misses {sorted(modules - set(texts))}"
+    cases = {str(p.relative_to(ROOT)) for p in (ROOT / "autograder" / "cases").glob("*.json")}
+    assert cases and cases <= set(texts), "the wheel misses the visible cases"
+    metadata = next(text for name, text in texts.items() if name.endswith(".dist-info/METADATA"))
+    assert "Requires-Dist" not in metadata, "installing the checks on Colab would pull other packages"
+
+
+@pytest.mark.parametrize("which", ["course", "students"])
+def test_no_reference_answer_and_no_hidden_test_reaches_students(wheels, which):
+    texts = wheel_texts(wheels[which])
+    assert not [name for name in texts if name.startswith("autograder/reference/")]
+    normalized = {name: "\n".join(line.strip() for line in text.splitlines()) for name, text in texts.items()}
+    blocks = reference_code()
+    assert len(blocks) >= 15, "the search would prove nothing: too few reference functions found"
+    for qualified, block in blocks.items():
+        leaks = [name for name, text in normalized.items() if block in text]
+        assert not leaks, f"the code of {qualified} is in {leaks}"
+    hidden = hidden_tests()
+    assert hidden, "no hidden tests found in the solutions"
+    for line in hidden:
+        leaks = [name for name, text in texts.items() if line in text]
+        assert not leaks, f"the hidden test `{line}` is in {leaks}"
+
+
+def test_the_published_repository_holds_no_solution_and_no_hidden_test(tmp_path):
+    written = publish(ROOT, tmp_path / "students")
+    assert {p.parts[0] for p in written} == {"exercises", "autograder", "binder", "pyproject.toml", "README.md",
+                                              ".gitignore"}
+    texts = "\n".join((tmp_path / "students" / p).read_text(errors="replace") for p in written)
+    for line in hidden_tests():
+        assert line not in texts, f"the hidden test `{line}` was published"
+    for block in reference_code().values():
+        assert "\n".join(line.strip() for line in texts.splitlines()).find(block) < 0
+    log = subprocess.run(["git", "log", "--oneline"], cwd=tmp_path / "students", capture_output=True, text=True)
+    assert log.stdout.count("\n") == 1, "the release is not committed"
+    assert publish(ROOT, tmp_path / "students") == written, "publishing again changed what is published"
+
+
+def test_publishing_refuses_a_folder_it_did_not_make(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    from autograder.grading.publish import PublishError
+
+    with pytest.raises(PublishError, match="not empty"):
+        publish(ROOT, tmp_path)
+    with pytest.raises(PublishError, match="inside the course"):
+        publish(ROOT, ROOT / "students")
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def notebook_script(assignment: str) -> str:
+    """The solution notebook as a script, its test cells as released (hidden tests taken out)."""
+    cells = load(notebook(ROOT / "solutions", assignment))["cells"]
+    chunks = []
+    for cell in cells:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(cell["source"])
+        if cell["metadata"].get("nbgrader", {}).get("grade"):
+            source = release_source(source)
+        chunks.append(source)
+    return "\n\n".join(chunks)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_every_visible_check_passes_from_the_students_package_alone(wheels, tmp_path, assignment):
+    target = tmp_path / "site"
+    installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+                                str(target), str(wheels["students"])], capture_output=True, text=True)
+    assert installed.returncode == 0, installed.stderr[-2000:]
+    prologue = textwrap.dedent(f"""
+        import importlib.util, autograder
+        assert autograder.__file__.startswith({str(target)!r}), autograder.__file__
+        assert importlib.util.find_spec("autograder.reference") is None
+        """)
+    epilogue = textwrap.dedent("""
+        part = next(iter(checks.PARTS.values()))
+        try:
+            getattr(checks, "check_" + part.name.lower().replace("nwkernelregression", "nw_kernel_regression"))(
+                globals()[part.name], hidden=True)
+        except RuntimeError as error:
+            assert "grading side" in str(error), error
+            print("hidden checks: grading side only")
+        """)
+    script = tmp_path / "notebook.py"
+    script.write_text(prologue + notebook_script(assignment) + "\n" + epilogue)
+    env = {**os.environ, "PYTHONPATH": str(target), "MPLBACKEND": "Agg"}
+    ran = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-3000:]
+    passes = ran.stdout.count("✔")
+    test_cells = [c for c in load(notebook(ROOT / "solutions", assignment))["cells"]
+                  if c["metadata"].get("nbgrader", {}).get("grade") and c["cell_type"] == "code"]
+    assert passes == len(test_cells), ran.stdout
+    assert "hidden checks: grading side only" in ran.stdout
+    json.loads((target / "autograder" / "cases" / f"ch{assignment}.json").read_text())
