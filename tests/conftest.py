@@ -11,6 +11,12 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from book_build import BuildFailed, build_from_scratch  # noqa: E402
 
 
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: builds the book, starts kernels or nbgrader; deselect with -m 'not slow'"
+    )
+
+
 @pytest.fixture(scope="session")
 def built_book(tmp_path_factory) -> Path:
     """The HTML folder of a fresh build, every chapter executed, warnings (and cell errors)

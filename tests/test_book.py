@@ -4,9 +4,12 @@ its assignment, links its exercise page, and only exercise pages launch Colab or
 import html
 import re
 
+import pytest
 
 from course import ASSIGNMENTS, ROOT
 from layout import chapters, pages, repository, toc_parts
+
+pytestmark = pytest.mark.slow
 
 LAUNCHERS = ("colab.research.google.com", "mybinder.org")
 

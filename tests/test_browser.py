@@ -26,6 +26,8 @@ from playwright.sync_api import sync_playwright
 from course import ROOT
 from layout import chapters, pages
 
+pytestmark = pytest.mark.slow
+
 CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 # The flags that keep Chromium from calling home on a machine with no internet.
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -9,6 +9,8 @@ from nbclient import NotebookClient
 
 from course import ASSIGNMENTS, ROOT, load, make_course, notebook, scores
 
+pytestmark = pytest.mark.slow
+
 MARKERS = ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS")
 
 
