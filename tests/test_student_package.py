@@ -170,7 +170,10 @@ def test_every_visible_check_passes_from_the_students_package_alone(wheels, tmp_
     installed = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
                                 str(target), str(wheels["students"])], capture_output=True, text=True)
     assert installed.returncode == 0, installed.stderr[-2000:]
+    # As on a student's machine: only the installed copy (not this environment's editable install).
     prologue = textwrap.dedent(f"""
+        import sys
+        sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
         import importlib.util, autograder
         assert autograder.__file__.startswith({str(target)!r}), autograder.__file__
         assert importlib.util.find_spec("autograder.reference") is None
