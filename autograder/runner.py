@@ -106,6 +106,9 @@ class Part:
         meta: replay each call on the ``meta`` device.
         forbid_library: withhold the points if the answer calls library attention.
         depends_on: ``{global name: part}`` of earlier parts the answer calls by name.
+        compare_with_reference: ``False`` for parts judged by their properties alone
+            (statistics, a trained model): no expected result is computed or stored, and
+            ``compare`` gets ``None`` for it.
     """
 
     name: str
@@ -122,6 +125,7 @@ class Part:
     meta: bool = True
     forbid_library: bool = False
     depends_on: dict[str, "Part"] = field(default_factory=dict)
+    compare_with_reference: bool = True
 
     def compare_results(self, case: Case, result: Any, expected: Any) -> None:
         if self.compare is not None:
@@ -147,7 +151,7 @@ def run(part: Part, answer: Any, hidden: bool = False) -> None:
         part.before(answer)
     calls, reference = hidden_calls(part) if hidden else (visible_calls(part), None)
     function = part.adapt(answer)
-    expected_by = None if reference is None else part.adapt(reference)
+    expected_by = None if reference is None or not part.compare_with_reference else part.adapt(reference)
     count = 0
     with earlier_parts(part, answer):
         if part.forbid_library and calls:
@@ -169,7 +173,7 @@ def _run_call(part: Part, function: Callable, expected_by: Callable | None, call
             expected = expected_by(*args, **kwargs)
         else:
             expected = to_device(call.expected, device)
-        if expected is not None:
+        if expected is not None or part.compare is not None:
             part.compare_results(case, result, expected)
         if part.extra is not None:
             part.extra(case, args, kwargs, result)
@@ -211,26 +215,45 @@ def earlier_parts(part: Part, answer: Any) -> Iterator[None]:
     student's own earlier part is checked on its visible cases first, and if it fails the
     message names it as the part to fix first.
     """
-    namespaces = [f.__globals__ for f in _functions_of(answer)]
-    used = {name: dep for name, dep in part.depends_on.items() if any(name in ns for ns in namespaces)}
+    functions = _functions_of(answer)
+    namespaces = list({id(f.__globals__): f.__globals__ for f in functions}.values())
+    called = set().union(*(_names_used(f.__code__) for f in functions)) if functions else set()
+    used = {name: dep for name, dep in part.depends_on.items() if name in called}
     swapped: list[tuple[dict, str, Any]] = []
     try:
         for name, dependency in used.items():
             reference = reference_of(dependency)
             if reference is None:
-                _expect_earlier_part_right(part, dependency, next(ns[name] for ns in namespaces if name in ns))
+                _expect_earlier_part_right(part, dependency, next((ns[name] for ns in namespaces if name in ns), None))
                 continue
             for namespace in namespaces:
-                if name in namespace:
-                    swapped.append((namespace, name, namespace[name]))
-                    namespace[name] = reference
+                swapped.append((namespace, name, namespace.get(name, _ABSENT)))
+                namespace[name] = reference
         yield
     finally:
         for namespace, name, original in reversed(swapped):
-            namespace[name] = original
+            if original is _ABSENT:
+                namespace.pop(name, None)
+            else:
+                namespace[name] = original
+
+
+_ABSENT = object()
+
+
+def _names_used(code) -> set[str]:
+    """The global names a function's code (and the code nested in it) refers to."""
+    names = set(code.co_names)
+    for constant in code.co_consts:
+        if hasattr(constant, "co_names"):
+            names |= _names_used(constant)
+    return names
 
 
 def _expect_earlier_part_right(part: Part, dependency: Part, earlier: Any) -> None:
+    if earlier is None:
+        raise AssertionError(f"{part.name}: uses `{dependency.name}`, which is not defined in this notebook; "
+                             f"write (or paste) your `{dependency.name}` first, then run this cell again")
     try:
         with contextlib.redirect_stdout(None):
             run(dependency, earlier)
