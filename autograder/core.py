@@ -262,6 +262,52 @@ def largest_tensor_created(fn: Callable, *args, **kwargs) -> int:
     return Watch.largest
 
 
+def peak_memory(fn: Callable, *args, **kwargs) -> int:
+    """Peak bytes of the tensors that ``fn(*args)`` creates and holds at one time.
+
+    Every storage an operation creates is counted from its creation until its last tensor
+    is freed, so the figure is the working memory of the computation, without its inputs:
+    on the CPU, where PyTorch keeps no allocation statistics, as on any device. (On CUDA,
+    ``torch.cuda.max_memory_allocated`` measures the same thing from the allocator.)
+    """
+    import weakref
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    live: dict[int, list[int]] = {}  # storage address -> [bytes, tensors alive]
+    totals = {"now": 0, "peak": 0}
+    inputs = {t.untyped_storage().data_ptr() for t in tensors_in(list(args) + list(kwargs.values()))}
+
+    def released(address: int) -> None:
+        entry = live.get(address)
+        if entry is not None:
+            entry[1] -= 1
+            if entry[1] == 0:
+                totals["now"] -= live.pop(address)[0]
+
+    class Watch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, op_args=(), op_kwargs=None):
+            out = func(*op_args, **(op_kwargs or {}))
+            for t in tensors_in(out):
+                storage = t.untyped_storage()
+                address = storage.data_ptr()
+                if address in inputs or t.device.type == "meta":
+                    continue
+                if address not in live:
+                    live[address] = [storage.nbytes(), 0]
+                    totals["now"] += storage.nbytes()
+                    totals["peak"] = max(totals["peak"], totals["now"])
+                live[address][1] += 1
+                weakref.finalize(t, released, address)
+            return out
+
+    with warnings.catch_warnings(record=True), Watch():
+        warnings.simplefilter("always")
+        result = fn(*args, **kwargs)
+    del result
+    return totals["peak"]
+
+
 # --------------------------------------------------------------------------------------
 # Delegation: a graded part must not call a library implementation of itself
 # --------------------------------------------------------------------------------------
