@@ -1,0 +1,250 @@
+"""Checks of assignment 04_multihead: self-attention and multi-head attention.
+
+One ``check_<part>(answer, hidden=False)`` per graded part of contract section 04, and
+``check_<part>_arguments(answer)`` for the ``ValueError``s, graded apart. Every check goes
+through the course's case runner (``autograder.runner``); this module holds only what is
+special to each part: permutation equivariance, agreement with PyTorch's own attention
+and ``nn.MultiheadAttention`` carrying the same weights, dropout in training mode only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .ch03_masking import _compare_masks, _expect_pytorchs_output_and_empty_rows
+from .core import Case, expect_own_code
+from .runner import Part, expect_value_errors, run
+
+CHAPTER = "ch04_multihead"
+HELPERS: dict = {}
+
+# --------------------------------------------------------------------------------------
+# Self-attention
+# --------------------------------------------------------------------------------------
+
+
+def _expect_course_mask_convention(case: Case, args, kwargs, result) -> None:
+    """The same rows as PyTorch's attention on ``XW_q, XW_k, XW_v``; zeros where no key is allowed."""
+    X, W_q, W_k, W_v = args
+    _expect_pytorchs_output_and_empty_rows(case, (X @ W_q, X @ W_k, X @ W_v), kwargs, result)
+
+
+def _expect_permutation_equivariance(fn) -> None:
+    """Permuting the tokens (and the mask's rows and columns) permutes the output the same way."""
+    g = torch.Generator().manual_seed(4)
+    X = torch.randn(2, 6, 5, generator=g)
+    W_q, W_k, W_v = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)
+    order = torch.randperm(6, generator=g)
+    mask = torch.rand(6, 6, generator=g) < 0.7
+    for masked in (None, mask):
+        case = Case("self_attention", f"X (2, 6, 5) and X with its tokens in the order {order.tolist()}, "
+                                      f"mask {'None' if masked is None else 'random (6, 6), permuted alike'}")
+        kwargs = {} if masked is None else {"mask": masked}
+        permuted_kwargs = {} if masked is None else {"mask": masked[order][:, order]}
+        output, weights = case.call(fn, X, W_q, W_k, W_v, **kwargs)
+        permuted_output, permuted_weights = case.call(fn, X[:, order], W_q, W_k, W_v, **permuted_kwargs)
+        case.expect_close("the output for the permuted tokens (self-attention is permutation-equivariant)",
+                          permuted_output, output[:, order])
+        case.expect_close("the weights for the permuted tokens", permuted_weights, weights[:, order][:, :, order])
+
+
+SELF_ATTENTION = Part("self_attention", CHAPTER, arguments=("X", "W_q", "W_k", "W_v"), outputs=("output", "weights"),
+                      extra=_expect_course_mask_convention, before=_expect_permutation_equivariance,
+                      forbid_library=True)
+
+
+def check_self_attention(fn, hidden: bool = False) -> None:
+    """Check self-attention: masks, batch dimensions, permutation equivariance, PyTorch's rows."""
+    run(SELF_ATTENTION, fn, hidden)
+
+
+def check_self_attention_arguments(fn, hidden: bool = False) -> None:
+    """``X`` without a token axis, or projections that do not fit, raise ``ValueError``."""
+    X, W = torch.zeros(3, 4), torch.zeros(4, 2)
+    expect_value_errors("self_attention", fn, [
+        ("X", (torch.zeros(4), W, W, W), {}),
+        ("W_q", (X, torch.zeros(5, 2), W, W), {}),
+        ("W_k", (X, W, torch.zeros(4, 3), W), {}),
+        ("W_v", (X, W, W, torch.zeros(2, 2)), {}),
+    ])
+
+
+# --------------------------------------------------------------------------------------
+# The graph mask
+# --------------------------------------------------------------------------------------
+
+GRAPH_MASK = Part("graph_attention_mask", CHAPTER, arguments=("adjacency",), compare=_compare_masks)
+
+
+def check_graph_attention_mask(fn, hidden: bool = False) -> None:
+    """Check the mask of self-attention on a graph: edges ``i → j``, self-loops, any dtype."""
+    run(GRAPH_MASK, fn, hidden)
+
+
+def check_graph_attention_mask_arguments(fn, hidden: bool = False) -> None:
+    """A non-square adjacency raises ``ValueError``."""
+    expect_value_errors("graph_attention_mask", fn, [("adjacency", (torch.ones(3, 4),), {}),
+                                                     ("adjacency", (torch.ones(4),), {})])
+
+
+# --------------------------------------------------------------------------------------
+# Splitting and merging heads
+# --------------------------------------------------------------------------------------
+
+SPLIT = Part("split_heads", CHAPTER, arguments=("X",), atol=0, rtol=0)
+MERGE = Part("merge_heads", CHAPTER, arguments=("X",), atol=0, rtol=0)
+
+
+def check_split_heads(fn, hidden: bool = False) -> None:
+    """Check ``split_heads`` element by element on numbered tensors: head ``i`` holds features ``i·d … (i+1)·d - 1``."""
+    run(SPLIT, fn, hidden)
+
+
+def check_split_heads_arguments(fn, hidden: bool = False) -> None:
+    """A width that ``num_heads`` does not divide, or ``X`` not 3-D, raise ``ValueError``."""
+    expect_value_errors("split_heads", fn, [("num_heads", (torch.zeros(2, 3, 10), 4), {}),
+                                            ("X", (torch.zeros(3, 8), 2), {})])
+
+
+def check_merge_heads(fn, hidden: bool = False) -> None:
+    """Check ``merge_heads`` element by element on numbered tensors: the exact inverse of ``split_heads``."""
+    run(MERGE, fn, hidden)
+
+
+# --------------------------------------------------------------------------------------
+# The module
+# --------------------------------------------------------------------------------------
+
+PROJECTIONS = ("W_q", "W_k", "W_v", "W_o")
+
+
+def _load(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Put the case's weights (and biases ``b_q``, ``b_k``, ``b_v``, ``b_o``) into the four projections."""
+    with torch.no_grad():
+        for name in PROJECTIONS:
+            layer = getattr(model, name)
+            layer.weight.copy_(weights[name])
+            if f"b_{name[2]}" in weights:
+                layer.bias.copy_(weights[f"b_{name[2]}"])
+
+
+def _forward_with_weights(cls):
+    """A function ``(queries, keys, values, mask, num_heads, bias, weights) -> (output, attention_weights)``
+    of a module class: built for the case, its weights loaded, run in evaluation mode."""
+
+    def forward(queries, keys, values, mask, num_heads, bias, weights):
+        model = cls(queries.shape[-1], num_heads, dropout=0.0, bias=bias).to(queries.device)
+        _load(model, weights)
+        model.eval()
+        output = model(queries, keys, values) if mask is None else model(queries, keys, values, mask=mask)
+        stored = getattr(model, "attention_weights", None)
+        return output.detach(), stored.detach() if isinstance(stored, torch.Tensor) else stored
+
+    return forward
+
+
+def _expect_pytorch_module_output(case: Case, args, kwargs, result) -> None:
+    """``nn.MultiheadAttention(batch_first=True)`` with the same weights gives the same output
+    (on the queries for which every head has an allowed key; PyTorch leaves the others NaN)."""
+    queries, keys, values, mask, heads, bias, weights = args
+    batch, q, width = queries.shape
+    k = keys.shape[1]
+    reference = nn.MultiheadAttention(width, heads, bias=bias, batch_first=True).to(queries.device).eval()
+    with torch.no_grad():
+        reference.in_proj_weight.copy_(torch.cat([weights["W_q"], weights["W_k"], weights["W_v"]]))
+        reference.out_proj.weight.copy_(weights["W_o"])
+        if bias:
+            reference.in_proj_bias.copy_(torch.cat([weights["b_q"], weights["b_k"], weights["b_v"]]))
+            reference.out_proj.bias.copy_(weights["b_o"])
+        allowed = None if mask is None else mask.expand(batch, heads, q, k)
+        # PyTorch's bool attn_mask means "may NOT attend", one (q, k) matrix per (sequence, head)
+        attn_mask = None if allowed is None else ~allowed.reshape(batch * heads, q, k)
+        expected, _ = reference(queries, keys, values, attn_mask=attn_mask, need_weights=False)
+    defined = torch.ones(batch, q, 1, dtype=torch.bool, device=queries.device)
+    if allowed is not None:
+        defined = allowed.any(dim=-1).all(dim=1)[..., None]  # (batch, q, 1): every head has a key
+    output = result[0]
+    case.expect_close("output (compared with nn.MultiheadAttention carrying the same weights)",
+                      output * defined, expected.nan_to_num(0) * defined)
+
+
+def _expect_structure_and_dropout(cls) -> None:
+    """Four ``nn.Linear(num_hiddens, num_hiddens)`` layers, bias as asked; dropout in training mode only."""
+    case = Case("MultiHeadAttention", "MultiHeadAttention(16, 4, dropout=0.5)")
+    for bias in (False, True):
+        model = case.call(cls, 16, 4, dropout=0.5, bias=bias)
+        case.check(isinstance(model, nn.Module), "should be a subclass of torch.nn.Module")
+        for name in PROJECTIONS:
+            layer = getattr(model, name, None)
+            case.check(isinstance(layer, nn.Linear) and (layer.in_features, layer.out_features) == (16, 16),
+                       f"`{name}` should be nn.Linear(num_hiddens, num_hiddens), found {layer!r}")
+            case.check((layer.bias is not None) == bias, f"`{name}` should {'' if bias else 'not '}have a bias "
+                                                         f"when bias={bias}")
+    g = torch.Generator().manual_seed(5)
+    weights = {name: torch.randn(16, 16, generator=g) / 4 for name in PROJECTIONS}
+    x = torch.randn(2, 12, 16, generator=g)
+    model, plain = case.call(cls, 16, 4, dropout=0.5), case.call(cls, 16, 4, dropout=0.0)
+    _load(model, weights)
+    _load(plain, weights)
+    model.eval()
+    plain.eval()
+    with torch.no_grad():
+        evaluated, again, without = case.call(model, x, x, x), case.call(model, x, x, x), case.call(plain, x, x, x)
+        case.expect_close("the output in evaluation mode (dropout must be off)", evaluated, without)
+        case.expect_close("a second output in evaluation mode", again, evaluated)
+        model.train()
+        trained = case.call(model, x, x, x)
+    case.check(not torch.allclose(trained, evaluated), "dropout=0.5 changes nothing in training mode: drop attention "
+                                                        "weights with nn.Dropout (self.training decides)")
+
+
+MODULE = Part("MultiHeadAttention", CHAPTER, arguments=("queries", "keys", "values", "mask"),
+              outputs=("output", "attention_weights"), adapt=_forward_with_weights, extra=_expect_pytorch_module_output,
+              before=_expect_structure_and_dropout, forbid_library=True,
+              depends_on={"split_heads": SPLIT, "merge_heads": MERGE})
+
+
+def check_multi_head_attention(cls, hidden: bool = False) -> None:
+    """Check the module against the reference and ``nn.MultiheadAttention`` with the same weights:
+    1 to 4 heads, self- and cross-attention, masks of every broadcast shape, bias, dropout."""
+    run(MODULE, cls, hidden)
+
+
+def check_multi_head_attention_arguments(cls, hidden: bool = False) -> None:
+    """``num_heads`` that does not divide ``num_hiddens`` raises ``ValueError``."""
+    expect_own_code(Case("MultiHeadAttention", "the answer"), cls)
+    expect_value_errors("MultiHeadAttention", cls, [("num_heads", (10, 3), {}), ("num_heads", (8, 0), {})])
+
+
+# --------------------------------------------------------------------------------------
+# Parameter count
+# --------------------------------------------------------------------------------------
+
+
+def _expect_same_count(case: Case, result, expected) -> None:
+    case.check(isinstance(result, int) and not isinstance(result, bool),
+               f"should return an int, got {type(result).__name__}")
+    case.check(result == expected, f"counted {result} parameters"
+               + ("" if case.hidden else f", expected {expected}"))
+
+
+def _expect_pytorchs_count(case: Case, args, kwargs, result) -> None:
+    """The narrow design has exactly the parameters of ``nn.MultiheadAttention``."""
+    if kwargs.get("head_dim") is None:
+        num_hiddens, heads = args
+        module = nn.MultiheadAttention(num_hiddens, heads, bias=kwargs.get("bias", False))
+        case.check(result == sum(p.numel() for p in module.parameters()),
+                   f"counted {result}; nn.MultiheadAttention({num_hiddens}, {heads}) has a different number")
+
+
+PARAMETERS = Part("mha_parameter_count", CHAPTER, compare=_expect_same_count, extra=_expect_pytorchs_count,
+                  on_devices=False, meta=False)
+
+
+def check_mha_parameter_count(fn, hidden: bool = False) -> None:
+    """Check the count for narrow and wide heads, with and without bias."""
+    run(PARAMETERS, fn, hidden)
+
+
+PARTS = {part.name: part for part in (SELF_ATTENTION, GRAPH_MASK, SPLIT, MERGE, MODULE, PARAMETERS)}

@@ -1,0 +1,281 @@
+"""Reference answers and cases of assignment 04_multihead (grading side only).
+
+Contract section 04: self-attention with learned projections, the graph mask, splitting
+and merging heads, the multi-head attention module and its parameter count. The book's
+chapter 4 demonstrates with these functions.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+from torch import nn
+
+from ..runner import Call
+from .ch03_masking import causal_mask, masked_attention, window_mask
+
+# --------------------------------------------------------------------------------------
+# Reference implementations
+# --------------------------------------------------------------------------------------
+
+
+def self_attention(X, W_q, W_k, W_v, mask=None):
+    """Self-attention: queries, keys and values are projections of one sequence (book, chapter 4).
+
+    Args:
+        X: ``(..., n, d)`` the sequence.
+        W_q, W_k: ``(d, d_k)``; W_v: ``(d, d_v)``.
+        mask: bool, broadcastable to ``(..., n, n)`` (``True`` = may attend), or ``None``.
+
+    Returns:
+        ``(output, weights)``: ``(..., n, d_v)`` and ``(..., n, n)``; a query with no allowed
+        key gets zeros.
+    """
+    if X.dim() < 2:
+        raise ValueError(f"X must be (..., n, d), got shape {tuple(X.shape)}")
+    d = X.shape[-1]
+    for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
+        if W.dim() != 2 or W.shape[0] != d:
+            raise ValueError(f"{name} must be (d, ·) with d = {d}, got shape {tuple(W.shape)}")
+    if W_k.shape[1] != W_q.shape[1]:
+        raise ValueError(f"W_k must have the width of W_q ({W_q.shape[1]}), got {W_k.shape[1]}")
+    # (..., n, d) @ (d, d_k or d_v): one projection of the same tokens per role
+    return masked_attention(X @ W_q, X @ W_k, X @ W_v, mask)
+
+
+def graph_attention_mask(adjacency: torch.Tensor, self_loops: bool = True) -> torch.Tensor:
+    """Bool ``(n, n)`` mask of self-attention on a graph: node ``i`` attends to node ``j``
+    where ``adjacency[i, j]`` is nonzero (an edge ``i → j``), and to itself when ``self_loops``.
+
+    Args:
+        adjacency: ``(n, n)``, any dtype.
+    """
+    if adjacency.dim() != 2 or adjacency.shape[0] != adjacency.shape[1]:
+        raise ValueError(f"adjacency must be square (n, n), got shape {tuple(adjacency.shape)}")
+    mask = adjacency != 0
+    if self_loops:
+        mask = mask | torch.eye(adjacency.shape[0], dtype=torch.bool, device=adjacency.device)
+    return mask
+
+
+def split_heads(X: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """``(batch, n, h·d)`` -> ``(batch, h, n, d)``: head ``i`` gets features ``i·d … (i+1)·d - 1``."""
+    if X.dim() != 3:
+        raise ValueError(f"X must be (batch, n, h·d), got shape {tuple(X.shape)}")
+    if num_heads < 1 or X.shape[-1] % num_heads:
+        raise ValueError(f"num_heads must divide the width {X.shape[-1]}, got {num_heads}")
+    batch, n, width = X.shape
+    # (batch, n, h·d) -> (batch, n, h, d): the last axis cut into h contiguous blocks
+    X = X.reshape(batch, n, num_heads, width // num_heads)
+    return X.transpose(1, 2)  # (batch, h, n, d): heads become a batch axis
+
+
+def merge_heads(X: torch.Tensor) -> torch.Tensor:
+    """``(batch, h, n, d)`` -> ``(batch, n, h·d)``, the exact inverse of :func:`split_heads`."""
+    if X.dim() != 4:
+        raise ValueError(f"X must be (batch, h, n, d), got shape {tuple(X.shape)}")
+    batch, heads, n, d = X.shape
+    # (batch, h, n, d) -> (batch, n, h, d) -> (batch, n, h·d): head blocks side by side again
+    return X.transpose(1, 2).reshape(batch, n, heads * d)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head scaled dot-product attention with narrow heads (book, chapter 4).
+
+    ``forward(queries (batch, q, num_hiddens), keys (batch, k, num_hiddens), values
+    (batch, k, num_hiddens), mask=None) -> (batch, q, num_hiddens)``; ``mask`` is bool,
+    broadcastable to ``(batch, heads, q, k)``. The weights of the last call are kept in
+    ``.attention_weights`` ``(batch, heads, q, k)``, before dropout.
+    """
+
+    def __init__(self, num_hiddens: int, num_heads: int, dropout: float = 0.0, bias: bool = False):
+        super().__init__()
+        if num_heads < 1 or num_hiddens % num_heads:
+            raise ValueError(f"num_heads must divide num_hiddens = {num_hiddens}, got {num_heads}")
+        self.num_heads = num_heads
+        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_k = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_weights = None
+
+    def forward(self, queries, keys, values, mask=None):
+        # (batch, n, num_hiddens) -> (batch, heads, n, num_hiddens / heads)
+        q, k, v = (split_heads(W(x), self.num_heads) for W, x in ((self.W_q, queries), (self.W_k, keys),
+                                                                  (self.W_v, values)))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (batch, heads, q, k)
+        if mask is not None:
+            has_key = mask.expand_as(scores).any(dim=-1, keepdim=True)  # (batch, heads, q, 1)
+            scores = scores.masked_fill(~mask, float("-inf")).masked_fill(~has_key, 0.0)
+        weights = torch.softmax(scores, dim=-1)
+        if mask is not None:
+            weights = weights * mask  # a query with no allowed key: zeros, not uniform
+        self.attention_weights = weights
+        heads = self.dropout(weights) @ v  # (batch, heads, q, d)
+        return self.W_o(merge_heads(heads))  # (batch, q, num_hiddens)
+
+
+def mha_parameter_count(num_hiddens: int, num_heads: int, head_dim: int | None = None, bias: bool = False) -> int:
+    """Trainable parameters of multi-head attention with heads of width ``head_dim``.
+
+    ``W_q, W_k, W_v`` map ``num_hiddens -> num_heads·head_dim`` and ``W_o`` maps back; the
+    default ``head_dim = num_hiddens / num_heads`` is the narrow design, ``num_hiddens``
+    the wide one.
+    """
+    if head_dim is None:
+        if num_hiddens % num_heads:
+            raise ValueError(f"num_heads must divide num_hiddens = {num_hiddens}, got {num_heads}")
+        head_dim = num_hiddens // num_heads
+    inner = num_heads * head_dim
+    projections_in = 3 * (num_hiddens * inner + (inner if bias else 0))
+    projection_out = inner * num_hiddens + (num_hiddens if bias else 0)
+    return projections_in + projection_out
+
+
+REFERENCES = {
+    "self_attention": self_attention,
+    "graph_attention_mask": graph_attention_mask,
+    "split_heads": split_heads,
+    "merge_heads": merge_heads,
+    "MultiHeadAttention": MultiHeadAttention,
+    "mha_parameter_count": mha_parameter_count,
+}
+
+# --------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------
+
+
+def _derived(seed: int, count: int = 3) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(2**31) for _ in range(count)]
+
+
+def _self_attention_calls(seeds) -> list[Call]:
+    """Sequences with 0 to 2 batch dimensions, value widths unlike key widths, several masks."""
+    calls = []
+    for seed in seeds:
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        batch = tuple(rng.randint(1, 3) for _ in range(rng.randint(0, 2)))
+        n, d, d_k, d_v = rng.randint(2, 7), rng.randint(2, 8), rng.randint(1, 6), rng.randint(1, 5)
+        X = torch.randn(*batch, n, d, generator=g)
+        W_q, W_k, W_v = (torch.randn(d, w, generator=g) / math.sqrt(d) for w in (d_k, d_k, d_v))
+        empty_row = torch.rand(n, n, generator=g) < 0.5
+        empty_row[0] = False  # the first token may attend to nothing
+        for name, mask in {"None": None, "causal (n, n)": causal_mask(n, n), "random with an empty row": empty_row,
+                           "window radius 1": window_mask(n, n, 1)}.items():
+            described = (f"X {tuple(X.shape)}, W_q and W_k {tuple(W_q.shape)}, W_v {tuple(W_v.shape)}, mask {name}")
+            calls.append(Call(described, (X, W_q, W_k, W_v), {"mask": mask}))
+    return calls
+
+
+def _graph_calls(seeds) -> list[Call]:
+    """Directed graphs in float, int and bool; an isolated node; with and without self-loops."""
+    calls = []
+    for seed, dtype in zip(seeds, (torch.float32, torch.int64, torch.bool)):
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        n = rng.randint(3, 8)
+        adjacency = (torch.rand(n, n, generator=g) < 0.35).to(dtype)
+        adjacency[-1] = 0  # a node with no outgoing edge
+        adjacency[:, -1] = 0
+        if dtype == torch.float32:
+            adjacency = adjacency * torch.rand(n, n, generator=g)  # weighted edges: nonzero means an edge
+        for loops in (True, False):
+            calls.append(Call(f"adjacency ({n}, {n}) of {dtype}, self_loops={loops}", (adjacency,),
+                              {"self_loops": loops}))
+    return calls
+
+
+def _graph_visible() -> list[Call]:
+    path = torch.tensor([[0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1], [0, 0, 0, 0]])  # a directed path 0 → 1 → 2 → 3
+    return [Call("adjacency of the directed path 0 → 1 → 2 → 3", (path,)),
+            Call("the same path, self_loops=False", (path,), {"self_loops": False})] + _graph_calls([0, 1, 2])
+
+
+def _numbered(batch: int, n: int, width: int) -> torch.Tensor:
+    """``(batch, n, width)`` holding 0, 1, 2, …: every element can be followed through a reshape."""
+    return torch.arange(batch * n * width, dtype=torch.float32).reshape(batch, n, width)
+
+
+def _split_calls(shapes) -> list[Call]:
+    return [Call(f"X = arange({b * n * h * d}).reshape({b}, {n}, {h * d}), num_heads={h}", (_numbered(b, n, h * d), h))
+            for b, n, h, d in shapes]
+
+
+def _merge_calls(shapes) -> list[Call]:
+    return [Call(f"X = arange({b * h * n * d}).reshape({b}, {h}, {n}, {d})",
+                 (torch.arange(b * h * n * d, dtype=torch.float32).reshape(b, h, n, d),)) for b, n, h, d in shapes]
+
+
+def _head_shapes(seed: int | None) -> list[tuple[int, int, int, int]]:
+    """``(batch, n, heads, head width)``; one head, and heads of width 1, always among them."""
+    if seed is None:
+        return [(1, 2, 2, 3), (2, 3, 4, 2), (1, 4, 1, 5), (2, 2, 3, 1)]
+    rng = random.Random(seed)
+    return [(rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 6), rng.randint(2, 4)),
+            (rng.randint(1, 3), rng.randint(1, 5), 1, rng.randint(1, 6)),
+            (rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 6), 1)]
+
+
+def _module_calls(seeds) -> list[Call]:
+    """Self- and cross-attention, 1 to 4 heads, masks of every broadcast shape, with and without bias."""
+    calls = []
+    for index, seed in enumerate(seeds):
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        heads = (1, 2, 4)[index % 3]
+        num_hiddens = heads * rng.randint(1, 4)
+        batch, q, k = rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 6)
+        bias = index % 2 == 1
+        queries, keys, values = (torch.randn(batch, n, num_hiddens, generator=g) for n in (q, k, k))
+        weights = {name: torch.randn(num_hiddens, num_hiddens, generator=g) / math.sqrt(num_hiddens)
+                   for name in ("W_q", "W_k", "W_v", "W_o")}
+        if bias:
+            weights |= {f"b_{name[2]}": torch.randn(num_hiddens, generator=g) * 0.1 for name in ("W_q", "W_k", "W_v", "W_o")}
+        lengths = torch.randint(1, k + 1, (batch,), generator=g)
+        lengths[0] = 0  # a sequence with no key: its queries get zeros
+        per_head = torch.rand(batch, heads, q, k, generator=g) < 0.6
+        masks = {"None": None, "causal (q, k)": causal_mask(q, k),
+                 # (k,) against (batch, 1, 1, 1) -> (batch, 1, 1, k): one row of keys per sequence
+                 "padding (batch, 1, 1, k) with a length 0": torch.arange(k) < lengths[:, None, None, None],
+                 "one per head (batch, heads, q, k)": per_head}
+        for name, mask in masks.items():
+            described = (f"num_hiddens={num_hiddens}, num_heads={heads}, bias={bias}, queries ({batch}, {q}, "
+                         f"{num_hiddens}), keys and values ({batch}, {k}, {num_hiddens}), mask {name}")
+            calls.append(Call(described, (queries, keys, values, mask, heads, bias, weights)))
+    return calls
+
+
+def _count_calls(seed: int | None) -> list[Call]:
+    if seed is None:
+        sizes = [(8, 2), (64, 8), (12, 3)]
+    else:
+        rng = random.Random(seed)
+        sizes = [(h * rng.randint(1, 16), h) for h in (rng.randint(1, 4), rng.randint(5, 12))]
+    calls = []
+    for num_hiddens, heads in sizes:
+        for head_dim in (None, num_hiddens, 3):
+            for bias in (False, True):
+                calls.append(Call(f"num_hiddens={num_hiddens}, num_heads={heads}, head_dim={head_dim}, bias={bias}",
+                                  (num_hiddens, heads), {"head_dim": head_dim, "bias": bias}))
+    return calls
+
+
+VISIBLE = {
+    "self_attention": lambda: _self_attention_calls([0, 1]),
+    "graph_attention_mask": _graph_visible,
+    "split_heads": lambda: _split_calls(_head_shapes(None)),
+    "merge_heads": lambda: _merge_calls(_head_shapes(None)),
+    "MultiHeadAttention": lambda: _module_calls([0, 1, 2]),
+    "mha_parameter_count": lambda: _count_calls(None),
+}
+HIDDEN = {
+    "self_attention": lambda seed: _self_attention_calls(_derived(seed, 2)),
+    "graph_attention_mask": lambda seed: _graph_calls(_derived(seed)),
+    "split_heads": lambda seed: _split_calls(_head_shapes(seed)),
+    "merge_heads": lambda seed: _merge_calls(_head_shapes(seed)),
+    "MultiHeadAttention": lambda seed: _module_calls(_derived(seed, 3)),
+    "mha_parameter_count": _count_calls,
+}

@@ -1,0 +1,204 @@
+"""Answers to assignment 04, right and wrong, for the checks' tests (tests/test_catalogues.py)."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder import ch04_multihead as ch04
+from autograder.reference import ch04_multihead as ref04
+
+# ---- correct answers, written differently from the reference ----
+
+
+def attend(Q, K, V, mask=None):
+    scores = torch.einsum("...qd,...kd->...qk", Q, K) / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)  # all-masked rows: NaN -> 0
+    return weights @ V, weights
+
+
+def self_attention(X, W_q, W_k, W_v, mask=None):
+    if X.ndim < 2:
+        raise ValueError("X needs a token axis: (..., n, d)")
+    for name, W in (("W_q", W_q), ("W_k", W_k), ("W_v", W_v)):
+        if W.ndim != 2 or W.size(0) != X.size(-1):
+            raise ValueError(f"{name} does not fit the width of X")
+    if W_k.size(1) != W_q.size(1):
+        raise ValueError("W_k and W_q must project to one width")
+    return attend(X @ W_q, X @ W_k, X @ W_v, mask)
+
+
+def graph_mask(adjacency, self_loops=True):
+    if adjacency.ndim != 2 or adjacency.size(0) != adjacency.size(1):
+        raise ValueError("adjacency must be square")
+    mask = adjacency.bool()
+    return mask.logical_or(torch.eye(len(adjacency), dtype=torch.bool, device=adjacency.device)) if self_loops else mask
+
+
+def split(X, num_heads):
+    if X.ndim != 3:
+        raise ValueError("X must be (batch, n, width)")
+    if X.size(-1) % num_heads:
+        raise ValueError("num_heads must divide the width")
+    return X.view(X.size(0), X.size(1), num_heads, -1).permute(0, 2, 1, 3)
+
+
+def merge(X):
+    return X.permute(0, 2, 1, 3).flatten(2)
+
+
+class MHA(nn.Module):
+    def __init__(self, num_hiddens, num_heads, dropout=0.0, bias=False):
+        super().__init__()
+        if num_heads < 1 or num_hiddens % num_heads:
+            raise ValueError("num_heads must divide num_hiddens")
+        self.h = num_heads
+        self.W_q, self.W_k, self.W_v, self.W_o = (nn.Linear(num_hiddens, num_hiddens, bias=bias) for _ in range(4))
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        _, self.attention_weights = attend(q, k, v, mask)
+        return self.W_o(merge(self.drop(self.attention_weights) @ v))
+
+
+def count(num_hiddens, num_heads, head_dim=None, bias=False):
+    inner = num_hiddens if head_dim is None else num_heads * head_dim
+    return 4 * num_hiddens * inner + (3 * inner + num_hiddens if bias else 0)
+
+
+CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
+    (ch04.check_self_attention, self_attention, ref04.self_attention),
+    (ch04.check_self_attention_arguments, self_attention, ref04.self_attention),
+    (ch04.check_graph_attention_mask, graph_mask, ref04.graph_attention_mask),
+    (ch04.check_graph_attention_mask_arguments, graph_mask, ref04.graph_attention_mask),
+    (ch04.check_split_heads, split, ref04.split_heads),
+    (ch04.check_split_heads_arguments, split, ref04.split_heads),
+    (ch04.check_merge_heads, merge, ref04.merge_heads),
+    (ch04.check_multi_head_attention, MHA, ref04.MultiHeadAttention),
+    (ch04.check_multi_head_attention_arguments, MHA, ref04.MultiHeadAttention),
+    (ch04.check_mha_parameter_count, count, ref04.mha_parameter_count),
+]
+
+# ---- wrong answers ----
+
+
+def _scaled_by_input_width(X, W_q, W_k, W_v, mask=None):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    return attend(Q * math.sqrt(Q.size(-1)) / math.sqrt(X.size(-1)), K, V, mask)  # √d of X, not of the keys
+
+
+def _positions_added(X, W_q, W_k, W_v, mask=None):
+    X = X + torch.arange(X.size(-2), device=X.device, dtype=X.dtype)[:, None] / 10  # no longer order-blind
+    return self_attention(X, W_q, W_k, W_v, mask)
+
+
+def _softmax_over_queries(X, W_q, W_k, W_v, mask=None):
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    scores = Q @ K.mT / math.sqrt(Q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(scores.softmax(-2), nan=0.0)
+    return weights @ V, weights
+
+
+def _transposed_graph(adjacency, self_loops=True):
+    return graph_mask(adjacency, self_loops).T  # j -> i instead of i -> j
+
+
+def _graph_without_self_loops(adjacency, self_loops=True):
+    return graph_mask(adjacency, False)
+
+
+def _interleaved_heads(X, num_heads):
+    # head i takes features i, i + h, i + 2h, ...: not contiguous blocks
+    return X.reshape(X.size(0), X.size(1), -1, num_heads).permute(0, 3, 1, 2)
+
+
+def _reshape_without_transpose(X, num_heads):
+    return X.reshape(X.size(0), num_heads, X.size(1), -1)  # mixes tokens and features
+
+
+def _merge_without_transpose(X):
+    return X.reshape(X.size(0), X.size(2), -1)
+
+
+class _NoOutputProjection(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        _, self.attention_weights = attend(q, k, v, mask)
+        return merge(self.drop(self.attention_weights) @ v)  # W_o forgotten
+
+
+class _MaskNotBroadcastOverHeads(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        if mask is not None:
+            mask = mask.reshape(-1, *mask.shape[-2:])[:1]  # one (q, k) mask for every sequence and head
+        return super().forward(queries, keys, values, mask)
+
+
+class _DropoutAlwaysOn(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        _, self.attention_weights = attend(q, k, v, mask)
+        dropped = F.dropout(self.attention_weights, p=self.drop.p, training=True)  # ignores eval()
+        return self.W_o(merge(dropped @ v))
+
+
+class _ScaledByFullWidth(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        q = q * math.sqrt(q.size(-1)) / math.sqrt(queries.size(-1))  # √num_hiddens, not √head width
+        _, self.attention_weights = attend(q, k, v, mask)
+        return self.W_o(merge(self.drop(self.attention_weights) @ v))
+
+
+class _OneLinearForAll(MHA):
+    def __init__(self, num_hiddens, num_heads, dropout=0.0, bias=False):
+        super().__init__(num_hiddens, num_heads, dropout, bias)
+        self.W_k = self.W_v = self.W_q  # one projection shared by the three roles
+
+
+class _DelegatesToPyTorch(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        _, self.attention_weights = attend(q, k, v, mask)
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0)
+        return self.W_o(merge(heads))
+
+
+def _count_without_output(num_hiddens, num_heads, head_dim=None, bias=False):
+    inner = num_hiddens if head_dim is None else num_heads * head_dim
+    return 3 * num_hiddens * inner + (3 * inner if bias else 0)  # W_o forgotten
+
+
+def _count_wide_as_narrow(num_hiddens, num_heads, head_dim=None, bias=False):
+    return count(num_hiddens, num_heads, None, bias)  # the wide heads' larger projections ignored
+
+
+def _count_without_bias(num_hiddens, num_heads, head_dim=None, bias=False):
+    return count(num_hiddens, num_heads, head_dim, False)
+
+
+WRONG = [  # (name, check, answer, only the hidden cases catch it)
+    ("scaled by the input width, not the key width", ch04.check_self_attention, _scaled_by_input_width, False),
+    ("positions added: not permutation-equivariant", ch04.check_self_attention, _positions_added, False),
+    ("self-attention softmax over queries", ch04.check_self_attention, _softmax_over_queries, False),
+    ("graph mask transposed", ch04.check_graph_attention_mask, _transposed_graph, False),
+    ("graph mask without self-loops", ch04.check_graph_attention_mask, _graph_without_self_loops, False),
+    ("heads interleaved instead of contiguous", ch04.check_split_heads, _interleaved_heads, False),
+    ("split by reshape without transpose", ch04.check_split_heads, _reshape_without_transpose, False),
+    ("merge by reshape without transpose", ch04.check_merge_heads, _merge_without_transpose, False),
+    ("output projection forgotten", ch04.check_multi_head_attention, _NoOutputProjection, False),
+    ("mask not broadcast over heads", ch04.check_multi_head_attention, _MaskNotBroadcastOverHeads, False),
+    ("dropout left on in evaluation", ch04.check_multi_head_attention, _DropoutAlwaysOn, False),
+    ("scaled by the full width, not the head width", ch04.check_multi_head_attention, _ScaledByFullWidth, False),
+    ("one projection shared by queries, keys and values", ch04.check_multi_head_attention, _OneLinearForAll, False),
+    ("delegates to F.scaled_dot_product_attention", ch04.check_multi_head_attention, _DelegatesToPyTorch, False),
+    ("parameter count forgets W_o", ch04.check_mha_parameter_count, _count_without_output, False),
+    ("parameter count ignores the wide heads", ch04.check_mha_parameter_count, _count_wide_as_narrow, False),
+    ("parameter count forgets the biases", ch04.check_mha_parameter_count, _count_without_bias, False),
+]
