@@ -1,0 +1,232 @@
+"""Checks of assignment 05_positional_encoding: where am I in the sequence?
+
+One ``check_<part>(answer, hidden=False)`` per graded part of contract section 05 (and
+``rotary_attention``, which closes the rotary part), and ``check_<part>_arguments(answer)``
+for the ``ValueError``s, graded apart. Every check goes through the course's case runner
+(``autograder.runner``); this module holds only what is special to each part: the offset
+property on every position, rotary's norms and relative positions, dropout in training
+mode only, trainable tables.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from .core import Case, expect_own_code
+from .runner import Part, expect_value_errors, run
+
+CHAPTER = "ch05_positional_encoding"
+HELPERS: dict = {}
+
+# --------------------------------------------------------------------------------------
+# The sinusoidal table and the module that adds it
+# --------------------------------------------------------------------------------------
+
+TABLE = Part("sinusoidal_encoding", CHAPTER, atol=5e-4, rtol=0, on_devices=False, meta=False)
+
+
+def check_sinusoidal_encoding(fn, hidden: bool = False) -> None:
+    """Check the table against ``sin``/``cos`` of ``t / 10000^(2i/d)`` for many sizes (float32, within 5e-4)."""
+    run(TABLE, fn, hidden)
+
+
+def check_sinusoidal_encoding_arguments(fn, hidden: bool = False) -> None:
+    """An odd ``num_hiddens`` raises ``ValueError``."""
+    expect_value_errors("sinusoidal_encoding", fn, [("num_hiddens", (10, 7), {}), ("num_hiddens", (4, 1), {})])
+
+
+def _adding_module(cls):
+    """``(X, max_len) -> output`` of a module class built with dropout 0 and run in evaluation mode."""
+
+    def add(X, max_len):
+        module = cls(X.shape[-1], 0.0, max_len=max_len).to(X.device).eval()
+        return module(X)
+
+    return add
+
+
+def _expect_dropout_in_training_only(cls) -> None:
+    case = Case("PositionalEncoding", "PositionalEncoding(16, dropout=0.5, max_len=50) on zeros (2, 20, 16)")
+    module = case.call(cls, 16, 0.5, max_len=50)
+    case.check(isinstance(module, nn.Module), "should be a subclass of torch.nn.Module")
+    X = torch.zeros(2, 20, 16)
+    module.eval()
+    evaluated = case.call(module, X)
+    plain = case.call(cls(16, 0.0, max_len=50).eval(), X)
+    case.expect_close("the output in evaluation mode (dropout must be off)", evaluated, plain, atol=5e-4)
+    module.train()
+    trained = case.call(module, X)
+    dropped = (trained == 0) & (plain != 0)
+    case.check(bool(dropped.any()), "dropout=0.5 drops nothing in training mode: apply nn.Dropout after adding the table")
+    kept = ~dropped & (plain != 0)
+    case.expect_close("the kept entries in training mode (scaled by 1 / (1 - p))", trained[kept], 2 * plain[kept],
+                      atol=1e-3)
+
+
+MODULE = Part("PositionalEncoding", CHAPTER, arguments=("X",), adapt=_adding_module, atol=5e-4,
+              before=_expect_dropout_in_training_only, forbid_library=True)
+
+
+def check_positional_encoding(cls, hidden: bool = False) -> None:
+    """Check the module: ``X`` plus the table in evaluation mode, dropout in training mode only."""
+    run(MODULE, cls, hidden)
+
+
+def check_positional_encoding_arguments(cls, hidden: bool = False) -> None:
+    """A sequence longer than ``max_len`` raises ``ValueError``."""
+    case = Case("PositionalEncoding", "PositionalEncoding(8, 0.0, max_len=10)")
+    expect_own_code(case, cls)
+    module = case.call(cls, 8, 0.0, max_len=10)
+    expect_value_errors("PositionalEncoding", module, [("max_len", (torch.zeros(2, 11, 8),), {})])
+
+
+# --------------------------------------------------------------------------------------
+# Relative offsets
+# --------------------------------------------------------------------------------------
+
+
+def _table64(max_len: int, d: int) -> torch.Tensor:
+    """The sinusoidal table in float64, written out from its definition."""
+    t = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    i = torch.arange(d, dtype=torch.float64)[None, :]  # (1, d)
+    angle = t / 10000 ** ((i - i % 2) / d)  # pair (2i, 2i+1) shares 2i
+    return torch.where(i % 2 == 0, torch.sin(angle), torch.cos(angle))
+
+
+def _expect_offset_on_every_position(case: Case, args, kwargs, M) -> None:
+    """``P[t + offset] = P[t] @ M`` for every ``t`` of a 300-position table."""
+    offset, d = args
+    table = _table64(300 + abs(offset), d)
+    start = max(0, -offset)
+    rows = torch.arange(start, start + 300 - abs(offset))  # every t with t and t + offset in the table
+    moved = table[rows] @ M.detach().double().cpu()
+    error = (moved - table[rows + offset]).abs().max().item()
+    case.check(error < 1e-4, f"P[t] @ M differs from P[t + {offset}] by up to {error:.3g}: M must move every "
+                             "position, not only one")
+
+
+OFFSET = Part("relative_offset_matrix", CHAPTER, atol=1e-5, extra=_expect_offset_on_every_position,
+              on_devices=False, meta=False)
+
+
+def check_relative_offset_matrix(fn, hidden: bool = False) -> None:
+    """Check ``M`` against the rotation blocks, and ``P[t + offset] = P[t] @ M`` on every position."""
+    run(OFFSET, fn, hidden)
+
+
+# --------------------------------------------------------------------------------------
+# Rotary position embedding
+# --------------------------------------------------------------------------------------
+
+
+def _expect_norms_kept(case: Case, args, kwargs, result) -> None:
+    X = args[0]
+    case.expect_close("the norm of every rotated token (a rotation keeps lengths)", result.norm(dim=-1),
+                      X.norm(dim=-1), atol=1e-4)
+
+
+def _expect_relative_positions(fn) -> None:
+    """``<R(q, m), R(k, n)>`` is unchanged when both positions move by the same amount."""
+    g = torch.Generator().manual_seed(6)
+    q, k = torch.randn(1, 16, generator=g, dtype=torch.float64), torch.randn(1, 16, generator=g, dtype=torch.float64)
+    case = Case("apply_rotary", "q and k (1, 16) in float64 at positions (m, n) and (m + s, n + s)")
+    for m, n, shift in ((3, 7, 10), (0, 5, 250), (40, 2, -33)):
+        here = (case.call(fn, q, torch.tensor([m])) * case.call(fn, k, torch.tensor([n]))).sum()
+        there = (case.call(fn, q, torch.tensor([m + shift])) * case.call(fn, k, torch.tensor([n + shift]))).sum()
+        case.check(math.isclose(float(here), float(there), rel_tol=1e-6, abs_tol=1e-8),
+                   f"the dot product at positions ({m}, {n}) is {float(here):.6f} but at ({m + shift}, {n + shift}) "
+                   f"it is {float(there):.6f}: it must depend on m - n only")
+
+
+ROTARY = Part("apply_rotary", CHAPTER, arguments=("X", "positions"), atol=1e-4, extra=_expect_norms_kept,
+              before=_expect_relative_positions)
+
+
+def check_apply_rotary(fn, hidden: bool = False) -> None:
+    """Check rotary embedding: the pairs turned, norms kept, dot products depending on relative positions."""
+    run(ROTARY, fn, hidden)
+
+
+def check_apply_rotary_arguments(fn, hidden: bool = False) -> None:
+    """An odd width, or positions that are not ``(n,)``, raise ``ValueError``."""
+    expect_value_errors("apply_rotary", fn, [("X", (torch.zeros(4, 5), torch.arange(4)), {}),
+                                             ("positions", (torch.zeros(4, 6), torch.arange(3)), {})])
+
+
+def _expect_positions_in_scores_only(fn) -> None:
+    """Values are not rotated: with identical queries and keys everywhere the output is the plain average."""
+    case = Case("rotary_attention", "queries = keys = zeros (1, 4, 6), values (1, 4, 2), positions [0, 1, 2, 3]")
+    values = torch.arange(8.0).reshape(1, 4, 2)
+    zeros = torch.zeros(1, 4, 6)
+    output, _ = case.call(fn, zeros, zeros, values, torch.arange(4))
+    case.expect_close("the output (uniform weights average the values, which must not be rotated)", output,
+                      values.mean(dim=1, keepdim=True).expand(1, 4, 2))
+
+
+ROTARY_ATTENTION = Part("rotary_attention", CHAPTER, arguments=("queries", "keys", "values", "positions"),
+                        outputs=("output", "weights"), atol=1e-4, before=_expect_positions_in_scores_only,
+                        forbid_library=True, depends_on={"apply_rotary": ROTARY})
+
+
+def check_rotary_attention(fn, hidden: bool = False) -> None:
+    """Check attention with rotary queries and keys (values unrotated) against the reference."""
+    run(ROTARY_ATTENTION, fn, hidden)
+
+
+# --------------------------------------------------------------------------------------
+# Learned position embeddings
+# --------------------------------------------------------------------------------------
+
+
+def _embedding_of(module: nn.Module) -> nn.Embedding | None:
+    return next((m for m in module.modules() if isinstance(m, nn.Embedding)), None)
+
+
+def _with_table(cls):
+    """``(X, table) -> output`` of a module class whose embedding holds ``table``."""
+
+    def add(X, table):
+        module = cls(table.shape[0], table.shape[1]).to(X.device)
+        with torch.no_grad():
+            _embedding_of(module).weight.copy_(table)
+        return module(X)
+
+    return add
+
+
+def _expect_trainable_embedding(cls) -> None:
+    case = Case("LearnedPositionalEmbedding", "LearnedPositionalEmbedding(12, 4)")
+    module = case.call(cls, 12, 4)
+    case.check(isinstance(module, nn.Module), "should be a subclass of torch.nn.Module")
+    embedding = _embedding_of(module)
+    case.check(embedding is not None and (embedding.num_embeddings, embedding.embedding_dim) == (12, 4),
+               "should hold an nn.Embedding(max_len, num_hiddens) = nn.Embedding(12, 4)")
+    case.check(any(p is embedding.weight for p in module.parameters()) and embedding.weight.requires_grad,
+               "the embedding's table should be a trainable parameter of the module")
+    output = case.call(module, torch.zeros(2, 5, 4))
+    (gradient,) = torch.autograd.grad(output.sum(), embedding.weight)
+    case.check(bool((gradient[:5] == 2).all() and (gradient[5:] == 0).all()),
+               "the gradient should reach rows 0 … n-1 of the table (once per sequence) and no other row")
+
+
+LEARNED = Part("LearnedPositionalEmbedding", CHAPTER, arguments=("X",), adapt=_with_table,
+               before=_expect_trainable_embedding)
+
+
+def check_learned_positional_embedding(cls, hidden: bool = False) -> None:
+    """Check the learned table: ``X`` plus its first ``n`` rows, a trainable ``nn.Embedding``."""
+    run(LEARNED, cls, hidden)
+
+
+def check_learned_positional_embedding_arguments(cls, hidden: bool = False) -> None:
+    """A sequence longer than ``max_len`` raises ``ValueError``."""
+    case = Case("LearnedPositionalEmbedding", "LearnedPositionalEmbedding(6, 3)")
+    expect_own_code(case, cls)
+    module = case.call(cls, 6, 3)
+    expect_value_errors("LearnedPositionalEmbedding", module, [("max_len", (torch.zeros(1, 7, 3),), {})])
+
+
+PARTS = {part.name: part for part in (TABLE, MODULE, OFFSET, ROTARY, ROTARY_ATTENTION, LEARNED)}
