@@ -1,0 +1,195 @@
+"""Checks of assignment 06_transformer: the Transformer block and memory-efficient attention.
+
+One ``check_<part>(answer, hidden=False)`` per graded part of contract section 06, and
+``check_chunked_attention_arguments`` for the ``ValueError``s, graded apart. Every check
+goes through the course's case runner (``autograder.runner``); this module holds what is
+special to each part (the block's padding and dropout, chunked attention's memory, the
+sorting model's accuracy on freshly drawn sequences within a time limit) and the sorting
+task's data, which the exercise and the book share.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import nn
+
+from .ch04_multihead import MODULE as MULTI_HEAD_ATTENTION
+from .core import Case, expect_own_code, largest_tensor_created
+from .runner import Part, expect_value_errors, run
+
+CHAPTER = "ch06_transformer"
+HELPERS: dict = {}
+
+#: The sorting task: sequences of SEQUENCE_LENGTH digits below VOCABULARY.
+SEQUENCE_LENGTH, VOCABULARY = 8, 10
+#: Seconds ``train_sorting_transformer`` may take in a test cell. The contract asks for 60 s on
+#: 2 cores; the reference takes about 6 s there, and a grading kernel may have one core only.
+TRAINING_SECONDS = 90.0
+#: Per-token accuracy the sorting model must reach on sequences it has never seen.
+REQUIRED_ACCURACY = 0.95
+
+# --------------------------------------------------------------------------------------
+# The sorting task
+# --------------------------------------------------------------------------------------
+
+
+def make_sorting_batch(batch_size: int, generator: torch.Generator | None = None):
+    """A batch of the sorting task (book, chapter 6).
+
+    Returns:
+        ``(digits, targets)``, both ``(batch_size, SEQUENCE_LENGTH)`` int64: random digits,
+        and the same digits sorted in ascending order.
+    """
+    digits = torch.randint(0, VOCABULARY, (batch_size, SEQUENCE_LENGTH), generator=generator)
+    return digits, digits.sort(dim=-1).values
+
+
+@torch.no_grad()
+def per_token_accuracy(model: nn.Module, digits: torch.Tensor, targets: torch.Tensor) -> float:
+    """The fraction of positions where ``model(digits).argmax(-1)`` equals ``targets``."""
+    device = next(model.parameters()).device
+    predictions = model(digits.to(device)).argmax(dim=-1)  # (batch, n, 10) -> (batch, n)
+    return (predictions == targets.to(device)).float().mean().item()
+
+
+# --------------------------------------------------------------------------------------
+# The encoder block
+# --------------------------------------------------------------------------------------
+
+
+def _block_run(cls):
+    """``(X, valid_lens, ffn_num_hiddens, num_heads, use_bias, state) -> output`` of a block class:
+    built for the case, the case's weights loaded by name, run in evaluation mode."""
+
+    def forward(X, valid_lens, ffn_num_hiddens, num_heads, use_bias, state):
+        block = cls(X.shape[-1], ffn_num_hiddens, num_heads, 0.0, use_bias=use_bias).to(X.device)
+        block.load_state_dict(state)
+        block.eval()
+        return block(X, valid_lens)
+
+    return forward
+
+
+def _expect_structure_and_dropout(cls) -> None:
+    """``attention``, ``norm1``, ``ffn``, ``norm2`` as named; dropout in training mode only."""
+    case = Case("TransformerEncoderBlock", "TransformerEncoderBlock(16, 32, 4, dropout=0.5)")
+    block = case.call(cls, 16, 32, 4, 0.5)
+    case.check(isinstance(block, nn.Module), "should be a subclass of torch.nn.Module")
+    for name, kind in (("attention", nn.Module), ("norm1", nn.LayerNorm), ("ffn", nn.Module), ("norm2", nn.LayerNorm)):
+        case.check(isinstance(getattr(block, name, None), kind), f"should have a layer `{name}` ({kind.__name__})")
+    X = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(3))
+    block.eval()
+    with torch.no_grad():
+        first, second = case.call(block, X, None), case.call(block, X, None)
+        case.expect_close("a second output in evaluation mode (dropout must be off)", second, first)
+        block.train()
+        trained = case.call(block, X, None)
+    case.check(not torch.allclose(trained, first), "dropout=0.5 changes nothing in training mode")
+
+
+BLOCK = Part("TransformerEncoderBlock", CHAPTER, arguments=("X", "valid_lens"), adapt=_block_run, atol=1e-4,
+             before=_expect_structure_and_dropout, forbid_library=True,
+             depends_on={"MultiHeadAttention": MULTI_HEAD_ATTENTION})
+
+
+def check_transformer_encoder_block(cls, hidden: bool = False) -> None:
+    """Check the post-norm block against the reference with the same weights: valid lengths
+    (a length 0 included), 1 to 4 heads, bias, dropout in training mode only."""
+    run(BLOCK, cls, hidden)
+
+
+# --------------------------------------------------------------------------------------
+# Chunked attention
+# --------------------------------------------------------------------------------------
+
+_TOLERANCE = {torch.float16: 5e-3, torch.bfloat16: 3e-2}
+
+
+def _compare_by_dtype(case: Case, output, expected) -> None:
+    """Half-precision outputs are compared with half-precision tolerances."""
+    tolerance = _TOLERANCE.get(expected.dtype, 1e-5)
+    case.expect_close("the output", output, expected, atol=tolerance, rtol=tolerance)
+
+
+def _expect_chunk_sized_memory(fn) -> None:
+    """With 16 queries and 4096 keys, no tensor may approach the (16, 4096) score matrix."""
+    q, k, d, v, chunk = 16, 4096, 8, 4, 64
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(q, d, generator=g), torch.randn(k, d, generator=g), torch.randn(k, v, generator=g), chunk)
+    case = Case("chunked_attention", f"queries ({q}, {d}), keys ({k}, {d}), values ({k}, {v}), chunk_size={chunk}")
+    largest = case.call(largest_tensor_created, fn, *args)
+    budget = 4 * q * chunk  # a few (q, chunk) blocks; the full score matrix has q·k = 65536 elements
+    case.check(largest <= budget, f"creates a tensor of {largest} elements; the (q, chunk_size) block has {q * chunk} "
+                                  f"and the whole score matrix {q * k}: process the keys one chunk at a time")
+
+
+CHUNKED = Part("chunked_attention", CHAPTER, arguments=("queries", "keys", "values"), compare=_compare_by_dtype,
+               before=_expect_chunk_sized_memory, forbid_library=True)
+
+
+def check_chunked_attention(fn, hidden: bool = False) -> None:
+    """Check chunked attention against full attention: chunk sizes that do not divide the keys,
+    masks with empty rows, scores in the thousands, float16 and bfloat16, and its memory."""
+    run(CHUNKED, fn, hidden)
+
+
+def check_chunked_attention_arguments(fn, hidden: bool = False) -> None:
+    """A chunk size below 1 raises ``ValueError``."""
+    q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
+    expect_value_errors("chunked_attention", fn, [("chunk_size", (q, k, v, 0), {}), ("chunk_size", (q, k, v, -2), {})])
+
+
+# --------------------------------------------------------------------------------------
+# The sorting Transformer
+# --------------------------------------------------------------------------------------
+
+_TRAINED: dict = {}  # (answer, seed) -> (model, reported accuracy, seconds): one training per kernel
+
+
+def _trained(train, seed: int):
+    key = (train, seed)
+    if key not in _TRAINED:
+        started = time.perf_counter()
+        result = train(seed=seed)
+        _TRAINED[key] = (result, time.perf_counter() - started)
+    return _TRAINED[key]
+
+
+def _accuracy_on_fresh_sequences(train):
+    """``(seed, test_seed) -> (reported accuracy, measured accuracy, seconds)``."""
+
+    def evaluate(seed, test_seed):
+        result, seconds = _trained(train, seed)
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
+            return result, None, seconds
+        model, reported = result
+        model.eval()
+        digits, targets = make_sorting_batch(2000, torch.Generator().manual_seed(test_seed))
+        return reported, per_token_accuracy(model, digits, targets), seconds
+
+    return evaluate
+
+
+def _expect_accurate_in_time(case: Case, result, expected) -> None:
+    reported, measured, seconds = result
+    case.check(measured is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
+    case.check(seconds <= TRAINING_SECONDS, f"training took {seconds:.0f} s; it must finish within "
+                                            f"{TRAINING_SECONDS:.0f} s here (the contract: 60 s on 2 CPU cores)")
+    case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
+                                                                      f"got {reported!r}")
+    case.check(measured >= REQUIRED_ACCURACY, f"the model sorts {measured:.1%} of the digits of fresh sequences "
+                                              f"correctly; it needs {REQUIRED_ACCURACY:.0%}")
+
+
+SORTING = Part("train_sorting_transformer", CHAPTER, adapt=_accuracy_on_fresh_sequences,
+               compare=_expect_accurate_in_time, on_devices=False, meta=False, compare_with_reference=False)
+
+
+def check_train_sorting_transformer(fn, hidden: bool = False) -> None:
+    """Train once (``seed=0``) within the time limit; test the model on sequences drawn at check time."""
+    run(SORTING, fn, hidden)
+
+
+PARTS = {part.name: part for part in (BLOCK, CHUNKED, SORTING)}

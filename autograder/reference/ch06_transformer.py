@@ -1,0 +1,253 @@
+"""Reference answers and cases of assignment 06_transformer (grading side only).
+
+Contract section 06: the post-norm Transformer encoder block, chunked attention with an
+online softmax, and a small Transformer that learns to sort digits on a CPU. The book's
+chapter 6 demonstrates with these functions.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import torch
+from torch import nn
+
+from ..ch06_transformer import SEQUENCE_LENGTH, VOCABULARY, make_sorting_batch, per_token_accuracy
+from ..runner import Call
+from .ch03_masking import causal_mask
+from .ch04_multihead import MultiHeadAttention
+
+# --------------------------------------------------------------------------------------
+# The encoder block
+# --------------------------------------------------------------------------------------
+
+
+class TransformerEncoderBlock(nn.Module):
+    """Post-norm encoder block (book, chapter 6): ``norm1(X + attention)``, then ``norm2(Y + ffn(Y))``.
+
+    ``forward(X (batch, n, num_hiddens), valid_lens (batch,) or None) -> (batch, n, num_hiddens)``;
+    keys at positions ``≥ valid_lens[b]`` are masked. Layers: ``attention`` (chapter 4's
+    ``MultiHeadAttention``), ``norm1``, ``ffn`` (``Linear, ReLU, Linear``), ``norm2``.
+    """
+
+    def __init__(self, num_hiddens: int, ffn_num_hiddens: int, num_heads: int, dropout: float, use_bias: bool = False):
+        super().__init__()
+        self.attention = MultiHeadAttention(num_hiddens, num_heads, dropout, bias=use_bias)
+        self.norm1 = nn.LayerNorm(num_hiddens)
+        self.ffn = nn.Sequential(nn.Linear(num_hiddens, ffn_num_hiddens), nn.ReLU(),
+                                 nn.Linear(ffn_num_hiddens, num_hiddens))
+        self.norm2 = nn.LayerNorm(num_hiddens)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, X: torch.Tensor, valid_lens: torch.Tensor | None = None) -> torch.Tensor:
+        mask = None
+        if valid_lens is not None:
+            # (n,) against (batch, 1, 1, 1) -> (batch, 1, 1, n): the same keys for every head and query
+            mask = torch.arange(X.shape[1], device=X.device) < valid_lens[:, None, None, None]
+        Y = self.norm1(X + self.dropout(self.attention(X, X, X, mask)))  # add, then normalise
+        return self.norm2(Y + self.dropout(self.ffn(Y)))
+
+
+# --------------------------------------------------------------------------------------
+# Chunked attention with an online softmax
+# --------------------------------------------------------------------------------------
+
+
+def chunked_attention(queries, keys, values, chunk_size: int, mask=None):
+    """Exact scaled dot-product attention, reading the keys ``chunk_size`` at a time (book, chapter 6).
+
+    A running maximum ``m`` and a running sum ``l`` of ``exp(score - m)`` per query are
+    rescaled by ``exp(m_old - m_new)`` whenever a chunk raises the maximum, so the full
+    ``(q, k)`` score matrix never exists: the largest intermediate is one ``(..., q, chunk_size)``
+    block, worked on in place.
+
+    Args:
+        queries: ``(..., q, d)``; keys: ``(..., k, d)``; values: ``(..., k, v)``.
+        chunk_size: keys per chunk, ``≥ 1``.
+        mask: bool broadcastable to ``(..., q, k)`` (``True`` = may attend), or ``None``.
+
+    Returns:
+        ``(..., q, v)`` in the dtype of ``queries``; a query with no allowed key gets zeros.
+        float16 and bfloat16 inputs are accumulated in float32.
+    """
+    if not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if keys.shape[-1] != queries.shape[-1] or values.shape[-2] != keys.shape[-2]:
+        raise ValueError(f"keys must be (..., k, d) and values (..., k, v): got keys {tuple(keys.shape)}, "
+                         f"values {tuple(values.shape)} for queries {tuple(queries.shape)}")
+    work = torch.float32 if queries.dtype in (torch.float16, torch.bfloat16) else queries.dtype
+    q = queries.to(work) / math.sqrt(queries.shape[-1])  # (..., q, d), scaled once
+    rows = q.shape[:-1] + (1,)  # (..., q, 1)
+    running_max = q.new_full(rows, float("-inf"))
+    running_sum = q.new_zeros(rows)
+    output = None
+    for start in range(0, keys.shape[-2], chunk_size):
+        chunk = slice(start, start + chunk_size)
+        scores = q @ keys[..., chunk, :].to(work).transpose(-2, -1)  # (..., q, c)
+        if mask is not None:
+            scores.masked_fill_(~mask[..., chunk], float("-inf"))
+        new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+        finite_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)  # no key allowed yet
+        # in place: one (..., q, c) block alive at a time; masked keys get exactly 0
+        weights = scores.sub_(finite_max).exp_()
+        rescale = torch.exp(running_max - finite_max)  # shrinks what was summed under the old maximum
+        running_sum = running_sum * rescale + weights.sum(dim=-1, keepdim=True)
+        chunk_output = weights @ values[..., chunk, :].to(work)  # (..., q, v)
+        output = chunk_output if output is None else output * rescale + chunk_output
+        running_max = new_max
+        del scores, weights  # free this block before the next one is made
+    if output is None:  # no keys at all
+        return queries.new_zeros(*queries.shape[:-1], values.shape[-1])
+    safe_sum = torch.where(running_sum > 0, running_sum, torch.ones_like(running_sum))
+    return (output / safe_sum).to(queries.dtype)
+
+
+# --------------------------------------------------------------------------------------
+# A Transformer that learns to sort
+# --------------------------------------------------------------------------------------
+
+
+class SortingTransformer(nn.Module):
+    """Digits ``(batch, n)`` -> logits ``(batch, n, 10)``: token and position embeddings, encoder
+    blocks, a linear read-out; position ``i`` predicts the ``i``-th smallest digit."""
+
+    def __init__(self, num_hiddens: int = 64, num_heads: int = 4, num_blocks: int = 2, ffn_num_hiddens: int = 128):
+        super().__init__()
+        self.tokens = nn.Embedding(VOCABULARY, num_hiddens)
+        self.positions = nn.Embedding(SEQUENCE_LENGTH, num_hiddens)
+        self.blocks = nn.ModuleList(TransformerEncoderBlock(num_hiddens, ffn_num_hiddens, num_heads, 0.0)
+                                    for _ in range(num_blocks))
+        self.readout = nn.Linear(num_hiddens, VOCABULARY)
+
+    def forward(self, digits: torch.Tensor) -> torch.Tensor:
+        # (batch, n, d) + (n, d): what each token is, and where it is
+        X = self.tokens(digits) + self.positions(torch.arange(digits.shape[1], device=digits.device))
+        for block in self.blocks:
+            X = block(X)
+        return self.readout(X)  # (batch, n, 10)
+
+
+def train_sorting_transformer(seed: int = 0, steps: int = 400, batch_size: int = 128, log=None):
+    """Train :class:`SortingTransformer` with Adam on freshly drawn batches (book, chapter 6).
+
+    Args:
+        log: called as ``log(step, loss)`` every 50 steps (a progress bar, a list), or ``None``.
+
+    Returns:
+        ``(model, accuracy)``: the model in evaluation mode, and its per-token accuracy on
+        2000 held-out sequences drawn from another generator.
+    """
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    model = SortingTransformer()
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps, pct_start=0.2)
+    for step in range(steps):
+        digits, targets = make_sorting_batch(batch_size, generator)
+        logits = model(digits)  # (batch, n, 10)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, VOCABULARY), targets.reshape(-1))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        schedule.step()
+        if log is not None and step % 50 == 0:
+            log(step, loss.item())
+    model.eval()
+    held_out = make_sorting_batch(2000, torch.Generator().manual_seed(seed + 10_000))
+    return model, per_token_accuracy(model, *held_out)
+
+
+REFERENCES = {
+    "TransformerEncoderBlock": TransformerEncoderBlock,
+    "chunked_attention": chunked_attention,
+    "train_sorting_transformer": train_sorting_transformer,
+}
+
+# --------------------------------------------------------------------------------------
+# Cases
+# --------------------------------------------------------------------------------------
+
+
+def _derived(seed: int, count: int = 3) -> list[int]:
+    rng = random.Random(seed)
+    return [rng.randrange(2**31) for _ in range(count)]
+
+
+def _block_state(g: torch.Generator, num_hiddens: int, ffn: int, use_bias: bool) -> dict[str, torch.Tensor]:
+    """Random weights for every parameter of the block, by the names of its state dict."""
+    def draw(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g) * scale
+
+    state = {f"attention.{name}.weight": draw(num_hiddens, num_hiddens, scale=num_hiddens**-0.5)
+             for name in ("W_q", "W_k", "W_v", "W_o")}
+    if use_bias:
+        state |= {f"attention.{name}.bias": draw(num_hiddens, scale=0.1) for name in ("W_q", "W_k", "W_v", "W_o")}
+    state |= {"norm1.weight": 1 + draw(num_hiddens, scale=0.1), "norm1.bias": draw(num_hiddens, scale=0.1),
+              "ffn.0.weight": draw(ffn, num_hiddens, scale=num_hiddens**-0.5), "ffn.0.bias": draw(ffn, scale=0.1),
+              "ffn.2.weight": draw(num_hiddens, ffn, scale=ffn**-0.5), "ffn.2.bias": draw(num_hiddens, scale=0.1),
+              "norm2.weight": 1 + draw(num_hiddens, scale=0.1), "norm2.bias": draw(num_hiddens, scale=0.1)}
+    return state
+
+
+def _block_calls(seeds) -> list[Call]:
+    """1 to 4 heads, with and without bias; valid lengths None, full, partial and 0."""
+    calls = []
+    for index, seed in enumerate(seeds):
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        heads = (1, 2, 4)[index % 3]
+        num_hiddens, ffn = heads * rng.randint(2, 4), rng.randint(4, 16)
+        batch, n = rng.randint(2, 3), rng.randint(2, 6)
+        use_bias = index % 2 == 1
+        X = torch.randn(batch, n, num_hiddens, generator=g)
+        lengths = torch.randint(1, n + 1, (batch,), generator=g)
+        lengths[0], lengths[-1] = n, 0  # one full sequence, one with no valid key
+        state = _block_state(g, num_hiddens, ffn, use_bias)
+        for valid_lens in (None, lengths):
+            described = (f"num_hiddens={num_hiddens}, ffn_num_hiddens={ffn}, num_heads={heads}, use_bias={use_bias}, "
+                         f"X {tuple(X.shape)}, valid_lens {None if valid_lens is None else valid_lens.tolist()}")
+            calls.append(Call(described, (X, valid_lens, ffn, heads, use_bias, state)))
+    return calls
+
+
+def _chunked_calls(seeds) -> list[Call]:
+    """Chunk sizes that do not divide k, equal it, exceed it; masks with empty rows; large scores."""
+    calls = []
+    for index, seed in enumerate(seeds):
+        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
+        batch = tuple(rng.randint(1, 3) for _ in range(index % 3))
+        q, k, d, v = rng.randint(1, 6), rng.randint(5, 13), rng.randint(1, 8), rng.randint(1, 4)
+        queries, keys, values = (torch.randn(*batch, n, w, generator=g) for n, w in ((q, d), (k, d), (k, v)))
+        empty = torch.rand(*batch, q, k, generator=g) < 0.5
+        empty[..., 0, :] = False  # the first query may attend to nothing
+        masks = {"None": None, "causal (q, k)": causal_mask(q, k), "random with an empty row": empty}
+        for chunk in (3, k, k + 4):
+            for name, mask in masks.items():
+                calls.append(Call(f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)}, values "
+                                  f"{tuple(values.shape)}, chunk_size={chunk}, mask {name}",
+                                  (queries, keys, values, chunk), {"mask": mask}))
+        big = 40.0  # scores in the thousands: exp overflows unless the maximum is subtracted
+        calls.append(Call(f"queries and keys scaled by {big:g} (scores in the thousands), chunk_size=4",
+                          (queries * big, keys * big, values, 4), {"mask": None}))
+        for dtype in (torch.float16, torch.bfloat16):
+            calls.append(Call(f"queries {tuple(queries.shape)}, keys {tuple(keys.shape)} in {dtype}, chunk_size=4, "
+                              "mask causal", (queries.to(dtype), keys.to(dtype), values.to(dtype), 4),
+                              {"mask": causal_mask(q, k)}))
+    return calls
+
+
+def _sorting_calls(seeds) -> list[Call]:
+    return [Call(f"train_sorting_transformer(seed=0), tested on 2000 fresh sequences drawn with seed {s}", (0, s))
+            for s in seeds]
+
+
+VISIBLE = {
+    "TransformerEncoderBlock": lambda: _block_calls([0, 1]),
+    "chunked_attention": lambda: _chunked_calls([0, 1]),
+    "train_sorting_transformer": lambda: _sorting_calls([7]),
+}
+HIDDEN = {
+    "TransformerEncoderBlock": lambda seed: _block_calls(_derived(seed)),
+    "chunked_attention": lambda seed: _chunked_calls(_derived(seed)),
+    "train_sorting_transformer": lambda seed: _sorting_calls(_derived(seed, 1)),
+}
