@@ -4,7 +4,8 @@
 
 The book's sources are copied to a temporary folder and built there with a fresh
 execution cache, so nothing is reused from an earlier build; the cache then holds each
-notebook's execution time. Goal: every chapter executes in under 30 s on 2 CPU cores.
+notebook's execution time. Goals on 2 CPU cores: chapters 1–3 under 30 s, 4 and 5 under
+45 s, chapter 6 (which trains two Transformers) under 90 s.
 The test suite builds the book with the same function.
 """
 
@@ -23,7 +24,12 @@ from jupyter_cache import get_cache
 ROOT = Path(__file__).resolve().parents[1]
 # what the book reads: pages, exercise notebooks, MathJax and CSS, the local extension, papers
 SOURCES = ["book", "exercises", "_toc.yml", "_assets", "_ext", "references.bib"]
-GOAL_SECONDS = 30.0
+GOAL_SECONDS = {"book/01": 30.0, "book/02": 30.0, "book/03": 30.0, "book/04": 45.0, "book/05": 45.0, "book/06": 90.0}
+
+
+def goal(chapter: str) -> float:
+    """The execution goal of a chapter file, e.g. ``book/04_multihead.md`` -> 45 s."""
+    return GOAL_SECONDS.get(chapter[:7], 30.0)
 
 
 class BuildFailed(Exception):
@@ -59,10 +65,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         print("building the book from scratch ...", flush=True)
         wall, seconds = build_from_scratch(Path(tmp))
-    print(f"\n{'chapter':<40} {'execution (s)':>14}")
+    print(f"\n{'chapter':<40} {'execution (s)':>14} {'goal (s)':>9}")
     for chapter, secs in sorted(seconds.items()):
-        flag = "" if secs < GOAL_SECONDS else f"   over the {GOAL_SECONDS:.0f} s goal"
-        print(f"{chapter:<40} {secs:>14.1f}{flag}")
+        flag = "" if secs < goal(chapter) else "   over the goal"
+        print(f"{chapter:<40} {secs:>14.1f} {goal(chapter):>9.0f}{flag}")
     print(f"{'total execution':<40} {sum(seconds.values()):>14.1f}")
     print(f"{'whole build (wall clock)':<40} {wall:>14.1f}")
 
