@@ -229,3 +229,20 @@ def test_visible_cases_survive_the_trip_through_json():
 def test_a_visible_case_may_pass_only_helpers_of_the_checks():
     with pytest.raises(ValueError, match="HELPERS"):
         runner.encode(ch01.CHAPTER, lambda u: u)
+
+
+def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_path, capsys, monkeypatch):
+    from autograder.grading import cli
+    from autograder.grading.secret import load_or_create, student_key
+
+    secret_file = tmp_path / "secret"
+    secret, _ = load_or_create(secret_file)
+    assert cli.main(["cases", "03_masking", "ada", "--part", "masked_softmax", "--secret-file", str(secret_file)]) == 0
+    shown = capsys.readouterr().out
+    monkeypatch.setattr(runner, "SEED_KEY", student_key(secret, "03_masking", "ada"))
+    seed = runner.hidden_seed("ch03_masking", "masked_softmax")
+    assert f"masked_softmax: seed {seed}" in shown, shown
+    for call in runner.hidden_calls(ch03.PARTS["masked_softmax"])[0]:
+        assert call.description in shown
+    assert "tensor(" in shown
+    assert cli.main(["cases", "03_masking", "ada", "--part", "nothing", "--secret-file", str(secret_file)]) == 2

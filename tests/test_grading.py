@@ -288,3 +288,32 @@ def test_two_students_get_different_hidden_cases(scoring_course):
     seeds = [re.search(r"hidden case \(seed (\d+)\)", message) for message in messages]
     assert all(seeds), f"only the hidden cases catch this answer: {messages}"
     assert seeds[0].group(1) != seeds[1].group(1), "two students were graded on the same hidden inputs"
+
+
+# --------------------------------------------------------------------------------------
+# Every assignment through the grading command, sandbox and all
+# --------------------------------------------------------------------------------------
+
+LATER = [a for a in sorted(p.name for p in (Path(__file__).parents[1] / "solutions").iterdir()) if a >= "04"]
+
+
+@pytest.fixture(scope="module")
+def later_assignments(tmp_path_factory):
+    """Assignments 04 onwards, each with the solution and the blank exercise, graded by the command."""
+    course = make_course(tmp_path_factory.mktemp("later"))
+    for assignment in LATER:
+        S.write(course, "solution", load(notebook(course / "solutions", assignment)), assignment=assignment)
+        S.write(course, "blank", load(notebook(course / "exercises", assignment)), assignment=assignment)
+        grade(course, "--workers", "2", assignment=assignment)
+    return course
+
+
+@pytest.mark.parametrize("assignment", LATER)
+def test_the_grading_command_gives_the_solution_full_marks_and_the_blank_exercise_none(later_assignments, assignment):
+    rows = read_rows(later_assignments, assignment)
+    solution = {part: row for (student, part), row in rows.items() if student == "solution"}
+    blank = {part: row for (student, part), row in rows.items() if student == "blank"}
+    assert solution and set(solution) == set(blank)
+    lost = {part: (row["status"], row["message"][:300]) for part, row in solution.items() if row["status"] != "passed"}
+    assert not lost, f"the solution loses points: {lost}"
+    assert all(row["status"] == "failed" and float(row["score"]) == 0 for row in blank.values()), blank

@@ -54,8 +54,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     release = commands.add_parser("publish", help="write the student repository of a course run for credit")
     release.add_argument("destination", type=Path, help="folder of the student repository (made, or updated)")
     release.add_argument("--course-dir", type=Path, default=Path("."), help="the course repository (default: .)")
+    cases = commands.add_parser("cases", help="show the hidden inputs one student was graded on (regrade requests)")
+    cases.add_argument("assignment", help="assignment id, e.g. 03_masking")
+    cases.add_argument("student", help="the student's id, as in submitted/<student>/")
+    cases.add_argument("--part", default=None, help="one graded part, e.g. masked_softmax: also print its tensors")
+    cases.add_argument("--secret-file", type=Path, default=None, help="the course secret (as for grade)")
     args = parser.parse_args(argv)
-    if args.command == "publish":
+    if args.command in ("publish", "cases"):
         return args
     if args.workers < 1 or args.timeout <= 0 or args.memory_mb < 256:
         parser.error("--workers must be >= 1, --timeout > 0 and --memory-mb >= 256")
@@ -69,10 +74,45 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "publish":
             return publish_student_repository(args)
+        if args.command == "cases":
+            return show_hidden_cases(args)
         return grade_assignment(args)
     except (SandboxUnavailable, FileNotFoundError, ValueError, PublishError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+
+
+def show_hidden_cases(args: argparse.Namespace) -> int:
+    """``cases ASSIGNMENT STUDENT``: the hidden inputs a grading run gives this student, part by part."""
+    import importlib
+
+    import torch
+
+    from .. import runner
+
+    path = args.secret_file or default_path()
+    if not path.exists():
+        raise FileNotFoundError(f"no grading secret at {path}: the hidden cases depend on it (--secret-file)")
+    secret, _ = load_or_create(path)
+    runner.SEED_KEY = student_key(secret, args.assignment, args.student)
+    try:
+        checks = importlib.import_module(f"autograder.ch{args.assignment}")
+    except ModuleNotFoundError:
+        raise ValueError(f"no checks for assignment {args.assignment!r}") from None
+    parts = [checks.PARTS[args.part]] if args.part in checks.PARTS else list(checks.PARTS.values())
+    if args.part is not None and args.part not in checks.PARTS:
+        raise ValueError(f"{args.assignment} has no part {args.part!r}; its parts: {', '.join(checks.PARTS)}")
+    torch.set_printoptions(precision=4, linewidth=100)
+    for part in parts:
+        calls, _ = runner.hidden_calls(part)
+        print(f"{part.name}: seed {runner.hidden_seed(part.chapter, part.name)}, {len(calls)} hidden calls")
+        for number, call in enumerate(calls, start=1):
+            print(f"  {number}. {call.description}")
+            if args.part is not None:
+                for value in (*call.args, *call.kwargs.values()):
+                    if isinstance(value, torch.Tensor):
+                        print("     " + str(value).replace("\n", "\n     "))
+    return 0
 
 
 def publish_student_repository(args: argparse.Namespace) -> int:
