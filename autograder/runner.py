@@ -30,6 +30,7 @@ import importlib.util
 import json
 import math
 import os
+import random
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -299,6 +300,12 @@ def hidden_seed(chapter: str, part: str) -> int:
     """
     digest = hashlib.sha256(f"{SEED_KEY}/{chapter}/{part}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def derived_seeds(seed: int, count: int = 3) -> list[int]:
+    """``count`` seeds drawn from ``seed``: one per group of hidden cases of a part."""
+    rng = random.Random(seed)
+    return [rng.randrange(2**31) for _ in range(count)]
 
 
 def reference_module(chapter: str):

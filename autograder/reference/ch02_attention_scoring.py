@@ -13,7 +13,7 @@ import random
 import torch
 
 from ..ch02_attention_scoring import cosine_scores, negative_squared_distance_scores
-from ..runner import Call
+from ..runner import Call, derived_seeds
 
 # --------------------------------------------------------------------------------------
 # Reference implementations
@@ -156,11 +156,6 @@ def _float64(call: Call) -> Call:
     return Call(call.description + ", float64", args, call.kwargs)
 
 
-def _hidden_seeds(seed: int) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(2**31) for _ in range(3)]
-
-
 def _bilinear_weights(g, dq, dk):
     return {"W": torch.randn(dq, dk, generator=g)}
 
@@ -176,7 +171,7 @@ def _sdp_visible() -> list[Call]:
 
 
 def _sdp_hidden(seed: int) -> list[Call]:
-    calls = _qk_calls(_hidden_seeds(seed))
+    calls = _qk_calls(derived_seeds(seed))
     return calls + [_float64(calls[-1])]
 
 
@@ -185,7 +180,7 @@ def _bilinear_visible() -> list[Call]:
 
 
 def _bilinear_hidden(seed: int) -> list[Call]:
-    first, second = _hidden_seeds(seed)[:2]
+    first, second = derived_seeds(seed)[:2]
     return _qk_calls([first], dq=3, dk=5, weights=_bilinear_weights) + _qk_calls([second], weights=_bilinear_weights)
 
 
@@ -194,7 +189,7 @@ def _additive_visible() -> list[Call]:
 
 
 def _additive_hidden(seed: int) -> list[Call]:
-    first, second, _ = _hidden_seeds(seed)
+    first, second, _ = derived_seeds(seed)
     return (_qk_calls([first], dq=3, dk=5, weights=_additive_weights(4))
             + _qk_calls([second], dq=6, dk=2, weights=_additive_weights(7)))
 
@@ -229,7 +224,7 @@ def _attention_visible() -> list[Call]:
 
 
 def _attention_hidden(seed: int) -> list[Call]:
-    first, second, third = _hidden_seeds(seed)
+    first, second, third = derived_seeds(seed)
     bilinear = functools.partial(bilinear_scores, W=torch.randn(3, 5, generator=torch.Generator().manual_seed(third)))
     return (_with_values(_qk_calls([first]), first, scaled_dot_product_scores)
             + _with_values(_qk_calls([second], dq=3, dk=5), second, bilinear)

@@ -12,7 +12,7 @@ import random
 
 import torch
 
-from ..runner import Call
+from ..runner import Call, derived_seeds
 from .ch02_attention_scoring import scaled_dot_product_scores
 
 # --------------------------------------------------------------------------------------
@@ -123,11 +123,6 @@ REFERENCES = {
 # --------------------------------------------------------------------------------------
 
 
-def _derived(seed: int, count: int = 3) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(2**31) for _ in range(count)]
-
-
 def _length_calls(seeds) -> list[Call]:
     """Scores ``(batch, q, k)`` with ``valid_lens`` None, ``(batch,)`` and ``(batch, q)``; zeros included."""
     calls = []
@@ -156,7 +151,7 @@ def _masked_softmax_visible() -> list[Call]:
 
 
 def _masked_softmax_hidden(seed: int) -> list[Call]:
-    return _length_calls(_derived(seed)) + [_extreme_lengths_call()]
+    return _length_calls(derived_seeds(seed)) + [_extreme_lengths_call()]
 
 
 def _mask_sizes(seed: int | None) -> list[tuple[int, int]]:
@@ -224,7 +219,7 @@ VISIBLE = {
 HIDDEN = {
     "masked_softmax": _masked_softmax_hidden,
     "causal_mask": _causal_calls,
-    "padding_mask": lambda seed: _padding_calls(_derived(seed)),
+    "padding_mask": lambda seed: _padding_calls(derived_seeds(seed)),
     "window_mask": _window_calls,
-    "masked_attention": lambda seed: _attention_calls(_derived(seed)),
+    "masked_attention": lambda seed: _attention_calls(derived_seeds(seed)),
 }

@@ -13,7 +13,7 @@ import random
 import torch
 from torch import nn
 
-from ..runner import Call
+from ..runner import Call, derived_seeds
 from .ch03_masking import causal_mask, masked_attention, window_mask
 
 # --------------------------------------------------------------------------------------
@@ -149,11 +149,6 @@ REFERENCES = {
 # --------------------------------------------------------------------------------------
 
 
-def _derived(seed: int, count: int = 3) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(2**31) for _ in range(count)]
-
-
 def _self_attention_calls(seeds) -> list[Call]:
     """Sequences with 0 to 2 batch dimensions, value widths unlike key widths, several masks."""
     calls = []
@@ -272,10 +267,10 @@ VISIBLE = {
     "mha_parameter_count": lambda: _count_calls(None),
 }
 HIDDEN = {
-    "self_attention": lambda seed: _self_attention_calls(_derived(seed, 2)),
-    "graph_attention_mask": lambda seed: _graph_calls(_derived(seed)),
+    "self_attention": lambda seed: _self_attention_calls(derived_seeds(seed, 2)),
+    "graph_attention_mask": lambda seed: _graph_calls(derived_seeds(seed)),
     "split_heads": lambda seed: _split_calls(_head_shapes(seed)),
     "merge_heads": lambda seed: _merge_calls(_head_shapes(seed)),
-    "MultiHeadAttention": lambda seed: _module_calls(_derived(seed, 3)),
+    "MultiHeadAttention": lambda seed: _module_calls(derived_seeds(seed, 3)),
     "mha_parameter_count": _count_calls,
 }

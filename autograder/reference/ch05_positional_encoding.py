@@ -14,7 +14,7 @@ import random
 import torch
 from torch import nn
 
-from ..runner import Call
+from ..runner import Call, derived_seeds
 from .ch03_masking import masked_attention
 
 BASE = 10000.0
@@ -150,11 +150,6 @@ REFERENCES = {
 # --------------------------------------------------------------------------------------
 
 
-def _derived(seed: int, count: int = 3) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(2**31) for _ in range(count)]
-
-
 def _table_calls(sizes) -> list[Call]:
     return [Call(f"max_len={n}, num_hiddens={d}", (n, d)) for n, d in sizes]
 
@@ -238,9 +233,9 @@ VISIBLE = {
 }
 HIDDEN = {
     "sinusoidal_encoding": _table_hidden,
-    "PositionalEncoding": lambda seed: _module_calls(_derived(seed, 2)),
+    "PositionalEncoding": lambda seed: _module_calls(derived_seeds(seed, 2)),
     "relative_offset_matrix": _offset_hidden,
-    "apply_rotary": lambda seed: _rotary_calls(_derived(seed)),
-    "rotary_attention": lambda seed: _rotary_attention_calls(_derived(seed, 2)),
-    "LearnedPositionalEmbedding": lambda seed: _learned_calls(_derived(seed, 2)),
+    "apply_rotary": lambda seed: _rotary_calls(derived_seeds(seed)),
+    "rotary_attention": lambda seed: _rotary_attention_calls(derived_seeds(seed, 2)),
+    "LearnedPositionalEmbedding": lambda seed: _learned_calls(derived_seeds(seed, 2)),
 }

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..ch06_transformer import SEQUENCE_LENGTH, VOCABULARY, make_sorting_batch, per_token_accuracy
-from ..runner import Call
+from ..runner import Call, derived_seeds
 from .ch03_masking import causal_mask
 from .ch04_multihead import MultiHeadAttention
 
@@ -169,11 +169,6 @@ REFERENCES = {
 # --------------------------------------------------------------------------------------
 
 
-def _derived(seed: int, count: int = 3) -> list[int]:
-    rng = random.Random(seed)
-    return [rng.randrange(2**31) for _ in range(count)]
-
-
 def _block_state(g: torch.Generator, num_hiddens: int, ffn: int, use_bias: bool) -> dict[str, torch.Tensor]:
     """Random weights for every parameter of the block, by the names of its state dict."""
     def draw(*shape, scale=1.0):
@@ -247,7 +242,7 @@ VISIBLE = {
     "train_sorting_transformer": lambda: _sorting_calls([7]),
 }
 HIDDEN = {
-    "TransformerEncoderBlock": lambda seed: _block_calls(_derived(seed)),
-    "chunked_attention": lambda seed: _chunked_calls(_derived(seed)),
-    "train_sorting_transformer": lambda seed: _sorting_calls(_derived(seed, 1)),
+    "TransformerEncoderBlock": lambda seed: _block_calls(derived_seeds(seed)),
+    "chunked_attention": lambda seed: _chunked_calls(derived_seeds(seed)),
+    "train_sorting_transformer": lambda seed: _sorting_calls(derived_seeds(seed, 1)),
 }
