@@ -138,7 +138,8 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
         "patches_assertion_error": "import builtins\nbuiltins.AssertionError = KeyboardInterrupt",
         "patches_autograder": "from autograder import ch03_masking\nch03_masking.check_window_mask = lambda *a, **k: None",
         "patches_traceback": "get_ipython().showtraceback = lambda *args, **kwargs: None",
-        "patches_via_alias": "library = torch\nsetattr(library, 'equal', lambda *a, **k: True)\n"
+        # reached through a list, which the source scan cannot follow: the kernel's audit catches it
+        "patches_via_alias": "library = [torch][0]\nsetattr(library, 'equal', lambda *a, **k: True)\n"
                              "setattr(library, 'allclose', lambda *a, **k: True)",
     }
     for student, patch in patches.items():

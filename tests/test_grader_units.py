@@ -571,8 +571,8 @@ def test_scan_leaves_syntax_errors_to_the_student():
     assert scan(code) == []
 
 
-GAP = "scan.py misses this way to tamper (the kernel's audit is the only line of defence left)"
-GAPS = {
+#: Ways around the first version of the scan, found by these tests and closed since.
+CLOSED_GAPS = {
     "a module rebound through a plain assignment": "import torch\nt = torch\nt.allclose = lambda *a, **k: True",
     "object.__setattr__ on a module": "import torch\nobject.__setattr__(torch, 'allclose', lambda *a, **k: True)",
     "a forbidden attribute read with getattr": "def f():\n    pass\ng = getattr(f, '__globals__')",
@@ -582,9 +582,8 @@ GAPS = {
 }
 
 
-@pytest.mark.parametrize("code", [pytest.param(code, marks=pytest.mark.xfail(strict=True, reason=f"{GAP}: {name}"))
-                                  for name, code in GAPS.items()], ids=GAPS.keys())
-def test_scan_gaps(code):
+@pytest.mark.parametrize("code", CLOSED_GAPS.values(), ids=CLOSED_GAPS.keys())
+def test_scan_closed_gaps(code):
     compile(code, "<answer>", "exec")
     assert scan(code), f"not flagged:\n{code}"
 

@@ -31,7 +31,7 @@ FORBIDDEN_NAMES = {
 FORBIDDEN_ATTRIBUTES = {
     "__globals__", "__code__", "__builtins__", "__dict__", "__subclasses__", "__closure__",
     "f_globals", "f_locals", "f_back", "f_builtins", "gi_frame", "tb_frame", "cr_frame",
-    "__torch_function__", "__torch_dispatch__", "as_subclass", "_make_subclass",
+    "__torch_function__", "__torch_dispatch__", "as_subclass", "_make_subclass", "__setattr__", "__delattr__",
 }
 
 
@@ -48,10 +48,11 @@ def scan(source: str, modules: set[str] = frozenset()) -> list[str]:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    modules = _module_aliases(tree) | set(modules)
+    modules = _rebound(tree, _module_aliases(tree) | set(modules))
+    sys_names = _rebound(tree, {"sys"} | _sys_aliases(tree))
     findings = []
     for node in ast.walk(tree):
-        problem = _problem(node, modules)
+        problem = _problem(node, modules, sys_names)
         if problem:
             findings.append(f"line {getattr(node, 'lineno', '?')}: {problem}")
     return findings
@@ -78,6 +79,26 @@ def _module_aliases(tree: ast.AST) -> set[str]:
     return names
 
 
+def _sys_aliases(tree: ast.AST) -> set[str]:
+    """Names that ``import sys as ...`` binds."""
+    return {a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+            for a in node.names if a.name == "sys"}
+
+
+def _rebound(tree: ast.AST, names: set[str]) -> set[str]:
+    """``names`` and every plain name assigned one of them (``t = torch``, ``t = s = torch``),
+    however many times removed."""
+    names = set(names)
+    while True:
+        more = {target.id for node in ast.walk(tree) if isinstance(node, (ast.Assign, ast.NamedExpr))
+                and isinstance(node.value, ast.Name) and node.value.id in names
+                for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                if isinstance(target, ast.Name)} - names
+        if not more:
+            return names
+        names |= more
+
+
 def _root_name(node: ast.AST) -> str | None:
     """``torch`` for ``torch.testing.assert_close`` or ``torch.__dict__['x']``; else ``None``."""
     while isinstance(node, (ast.Attribute, ast.Subscript)):
@@ -85,18 +106,29 @@ def _root_name(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _problem(node: ast.AST, modules: set[str]) -> str | None:
+def _problem(node: ast.AST, modules: set[str], sys_names: set[str] = frozenset({"sys"})) -> str | None:
     """What is wrong with one syntax node, or ``None``."""
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
         bad = [n for n in names if n.split(".")[0] in FORBIDDEN_MODULES]
+        if isinstance(node, ast.ImportFrom) and node.module == "sys":
+            bad += [f"sys.{a.name}" for a in node.names if a.name in FORBIDDEN_SYS_ATTRIBUTES | {"*"}]
         return f"imports `{bad[0]}`, which an answer does not need" if bad else None
     if isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
         return f"uses `{node.id}`"
     if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_ATTRIBUTES:
         return f"uses the attribute `{node.attr}`"
-    if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_SYS_ATTRIBUTES and _root_name(node) == "sys":
+    if isinstance(node, ast.Attribute) and node.attr in FORBIDDEN_SYS_ATTRIBUTES and _root_name(node) in sys_names:
         return f"uses `sys.{node.attr}`"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "setattr",
+                                                                                          "delattr", "hasattr"):
+        attribute = node.args[1] if len(node.args) > 1 else None
+        if isinstance(attribute, ast.Constant) and attribute.value in FORBIDDEN_ATTRIBUTES | FORBIDDEN_SYS_ATTRIBUTES:
+            return f"uses the attribute `{attribute.value}` through `{node.func.id}`"
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "type" and len(node.args) == 3:
+        if isinstance(node.args[1], ast.Tuple) and any(ast.unparse(b).split(".")[-1] == "Tensor"
+                                                       for b in node.args[1].elts):
+            return "makes a subclass of torch.Tensor with type()"
     if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
         targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
         for target in targets:
@@ -106,6 +138,8 @@ def _problem(node: ast.AST, modules: set[str]) -> str | None:
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("setattr", "delattr"):
         if node.args and _root_name(node.args[0]) in modules:
             return f"calls `{node.func.id}` on the module `{_root_name(node.args[0])}`"
+    if isinstance(node, ast.Assign) and isinstance(node.value, ast.Name) and node.value.id in ("setattr", "delattr"):
+        return f"renames `{node.value.id}`"
     if isinstance(node, ast.ClassDef):
         for base in node.bases:
             if ast.unparse(base).split(".")[-1] == "Tensor":
