@@ -87,7 +87,8 @@ def chunked_attention(queries, keys, values, chunk_size: int, mask=None):
         scores = q @ keys[..., chunk, :].to(work).transpose(-2, -1)  # (..., q, c)
         if mask is not None:
             scores.masked_fill_(~mask[..., chunk], float("-inf"))
-        new_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+        # the shift cancels in the softmax, so it needs no gradient (and the block can be reused in place)
+        new_max = torch.maximum(running_max, scores.detach().amax(dim=-1, keepdim=True))
         finite_max = torch.where(torch.isinf(new_max), torch.zeros_like(new_max), new_max)  # no key allowed yet
         # in place: one (..., q, c) block alive at a time; masked keys get exactly 0
         weights = scores.sub_(finite_max).exp_()
