@@ -159,6 +159,19 @@ def _rotary_on_queries_only(queries, keys, values, positions, mask=None):
     return attend(rotary(queries, positions), keys, values, mask)
 
 
+class _DelegatesToD2L(nn.Module):
+    def __init__(self, num_hiddens, dropout, max_len=1000):
+        super().__init__()
+        from d2l import torch as d2l
+
+        self.inner = d2l.PositionalEncoding(num_hiddens, dropout, max_len)
+
+    def forward(self, X):
+        if X.size(1) > self.inner.P.size(1):
+            raise ValueError("longer than max_len")
+        return self.inner(X)
+
+
 class _EmbeddingFrozen(Learned):
     def __init__(self, max_len, num_hiddens):
         super().__init__(max_len, num_hiddens)
@@ -178,6 +191,7 @@ WRONG = [  # (name, check, answer, only the hidden cases catch it)
     ("module accepts sequences longer than max_len", ch05.check_positional_encoding_arguments,
      _LongSequencesAccepted, False),
     ("dropout left on in evaluation", ch05.check_positional_encoding, _DropoutAlwaysOn, False),
+    ("delegates to d2l.PositionalEncoding", ch05.check_positional_encoding, _DelegatesToD2L, False),
     ("offset matrix right for one position only", ch05.check_relative_offset_matrix, _offset_for_position_zero, False),
     ("offset matrix turning the wrong way", ch05.check_relative_offset_matrix, _offset_rotating_the_wrong_way, False),
     ("rotary rotates halves, not neighbours", ch05.check_apply_rotary, _rotary_halves, False),

@@ -169,6 +169,7 @@ def _module_calls(seeds) -> list[Call]:
         calls.append(Call(f"X {tuple(X.shape)}, num_hiddens={d}, max_len={max_len}", (X, max_len)))
     X = torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(seeds[0]))
     calls.append(Call("X (2, 5, 6) filling the table: max_len=5", (X, 5)))
+    calls.append(Call("X (1, 7, 4) in float64, max_len=9", (X.new_ones(1, 7, 4).double() * 0.5, 9)))
     return calls
 
 
