@@ -15,8 +15,8 @@ import math
 import torch
 from torch import nn
 
-from .core import Case, expect_own_code
-from .runner import Part, expect_value_errors, run
+from .core import Case
+from .runner import Part, expect_module_value_errors, expect_value_errors, run
 
 CHAPTER = "ch01_nadaraya_watson"
 
@@ -225,10 +225,7 @@ def check_nw_kernel_regression(cls, hidden: bool = False) -> None:
 
 def check_nw_kernel_regression_arguments(cls, hidden: bool = False) -> None:
     """``forward`` with keys or values of the wrong shape raises ``ValueError``."""
-    case = Case("NWKernelRegression", "NWKernelRegression()")
-    expect_own_code(case, cls)
-    model = case.call(cls)
-    expect_value_errors("NWKernelRegression", model, [
+    expect_module_value_errors("NWKernelRegression", cls, (), [
         ("values", (torch.zeros(2), torch.zeros(2, 3), torch.zeros(2, 4)), {}),
         ("keys", (torch.zeros(2), torch.zeros(3, 3), torch.zeros(3, 3)), {}),
     ])

@@ -15,8 +15,8 @@ import math
 import torch
 from torch import nn
 
-from .core import Case, expect_own_code
-from .runner import Part, expect_value_errors, run
+from .core import Case
+from .runner import Part, expect_module_value_errors, expect_value_errors, run
 
 CHAPTER = "ch05_positional_encoding"
 HELPERS: dict = {}
@@ -77,10 +77,7 @@ def check_positional_encoding(cls, hidden: bool = False) -> None:
 
 def check_positional_encoding_arguments(cls, hidden: bool = False) -> None:
     """A sequence longer than ``max_len`` raises ``ValueError``."""
-    case = Case("PositionalEncoding", "PositionalEncoding(8, 0.0, max_len=10)")
-    expect_own_code(case, cls)
-    module = case.call(cls, 8, 0.0, max_len=10)
-    expect_value_errors("PositionalEncoding", module, [("max_len", (torch.zeros(2, 11, 8),), {})])
+    expect_module_value_errors("PositionalEncoding", cls, (8, 0.0, 10), [("max_len", (torch.zeros(2, 11, 8),), {})])
 
 
 # --------------------------------------------------------------------------------------
@@ -223,10 +220,7 @@ def check_learned_positional_embedding(cls, hidden: bool = False) -> None:
 
 def check_learned_positional_embedding_arguments(cls, hidden: bool = False) -> None:
     """A sequence longer than ``max_len`` raises ``ValueError``."""
-    case = Case("LearnedPositionalEmbedding", "LearnedPositionalEmbedding(6, 3)")
-    expect_own_code(case, cls)
-    module = case.call(cls, 6, 3)
-    expect_value_errors("LearnedPositionalEmbedding", module, [("max_len", (torch.zeros(1, 7, 3),), {})])
+    expect_module_value_errors("LearnedPositionalEmbedding", cls, (6, 3), [("max_len", (torch.zeros(1, 7, 3),), {})])
 
 
 PARTS = {part.name: part for part in (TABLE, MODULE, OFFSET, ROTARY, ROTARY_ATTENTION, LEARNED)}

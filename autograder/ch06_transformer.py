@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from .ch04_multihead import MODULE as MULTI_HEAD_ATTENTION
-from .core import Case, expect_own_code, largest_tensor_created
+from .core import Case, largest_tensor_created
 from .runner import Part, expect_value_errors, run
 
 CHAPTER = "ch06_transformer"

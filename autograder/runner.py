@@ -286,6 +286,13 @@ def expect_value_errors(part: str, answer: Callable, calls: list[tuple[str, tupl
     passed(part, len(calls), False)
 
 
+def expect_module_value_errors(part: str, cls: type, constructor: tuple, calls: list[tuple[str, tuple, dict]]) -> None:
+    """The argument checks of a module's ``forward``: ``cls(*constructor)``, then :func:`expect_value_errors`."""
+    case = Case(part, f"{part}{constructor}")
+    expect_own_code(case, cls)
+    expect_value_errors(part, case.call(cls, *constructor), calls)
+
+
 # --------------------------------------------------------------------------------------
 # Where cases come from
 # --------------------------------------------------------------------------------------

@@ -8,7 +8,6 @@ with these functions.
 
 from __future__ import annotations
 
-import math
 import random
 
 import torch
