@@ -61,23 +61,23 @@ def graph_attention_mask(adjacency: torch.Tensor, self_loops: bool = True) -> to
 
 
 def split_heads(X: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """``(batch, n, h·d)`` -> ``(batch, h, n, d)``: head ``i`` gets features ``i·d … (i+1)·d - 1``."""
+    """``(batch, n, heads·d)`` -> ``(batch, heads, n, d)``: head ``i`` gets features ``i·d … (i+1)·d - 1``."""
     if X.dim() != 3:
-        raise ValueError(f"X must be (batch, n, h·d), got shape {tuple(X.shape)}")
+        raise ValueError(f"X must be (batch, n, heads·d), got shape {tuple(X.shape)}")
     if num_heads < 1 or X.shape[-1] % num_heads:
         raise ValueError(f"num_heads must divide the width {X.shape[-1]}, got {num_heads}")
     batch, n, width = X.shape
-    # (batch, n, h·d) -> (batch, n, h, d): the last axis cut into h contiguous blocks
+    # (batch, n, heads·d) -> (batch, n, heads, d): the last axis cut into contiguous blocks
     X = X.reshape(batch, n, num_heads, width // num_heads)
-    return X.transpose(1, 2)  # (batch, h, n, d): heads become a batch axis
+    return X.transpose(1, 2)  # (batch, heads, n, d): heads become a batch axis
 
 
 def merge_heads(X: torch.Tensor) -> torch.Tensor:
-    """``(batch, h, n, d)`` -> ``(batch, n, h·d)``, the exact inverse of :func:`split_heads`."""
+    """``(batch, heads, n, d)`` -> ``(batch, n, heads·d)``, the exact inverse of :func:`split_heads`."""
     if X.dim() != 4:
-        raise ValueError(f"X must be (batch, h, n, d), got shape {tuple(X.shape)}")
+        raise ValueError(f"X must be (batch, heads, n, d), got shape {tuple(X.shape)}")
     batch, heads, n, d = X.shape
-    # (batch, h, n, d) -> (batch, n, h, d) -> (batch, n, h·d): head blocks side by side again
+    # (batch, heads, n, d) -> (batch, n, heads, d) -> (batch, n, heads·d): head blocks side by side again
     return X.transpose(1, 2).reshape(batch, n, heads * d)
 
 
