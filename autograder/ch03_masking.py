@@ -16,7 +16,6 @@ from .core import Case
 from .runner import Part, expect_value_errors, run
 
 CHAPTER = "ch03_masking"
-HELPERS: dict = {}
 
 # --------------------------------------------------------------------------------------
 # Masked softmax

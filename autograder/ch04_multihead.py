@@ -17,7 +17,6 @@ from .core import Case
 from .runner import Part, expect_value_errors, run
 
 CHAPTER = "ch04_multihead"
-HELPERS: dict = {}
 
 # --------------------------------------------------------------------------------------
 # Self-attention

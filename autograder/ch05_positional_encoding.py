@@ -19,7 +19,6 @@ from .core import Case
 from .runner import Part, expect_module_value_errors, expect_value_errors, run
 
 CHAPTER = "ch05_positional_encoding"
-HELPERS: dict = {}
 
 # --------------------------------------------------------------------------------------
 # The sinusoidal table and the module that adds it

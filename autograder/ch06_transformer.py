@@ -20,7 +20,6 @@ from .core import Case, largest_tensor_created
 from .runner import Part, expect_value_errors, run
 
 CHAPTER = "ch06_transformer"
-HELPERS: dict = {}
 
 #: The sorting task: sequences of SEQUENCE_LENGTH digits below VOCABULARY.
 SEQUENCE_LENGTH, VOCABULARY = 8, 10

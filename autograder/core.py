@@ -335,12 +335,11 @@ def _library_attention() -> list[tuple[Any, str, str]]:
     return targets
 
 
-def _globals_of(answer: Any) -> list[dict]:
-    """The global namespaces of a function, or of every method of a class."""
-    functions = [answer] if callable(answer) and hasattr(answer, "__globals__") else []
+def functions_of(answer: Any) -> list[Callable]:
+    """The Python functions of an answer: itself, or the methods of a class."""
     if isinstance(answer, type):
-        functions = [f for f in vars(answer).values() if hasattr(f, "__globals__")]
-    return [f.__globals__ for f in functions]
+        return [f for f in vars(answer).values() if hasattr(f, "__globals__")]
+    return [answer] if hasattr(answer, "__globals__") else []
 
 
 @contextlib.contextmanager
@@ -365,7 +364,7 @@ def tripwires(answer: Any) -> Iterator[list[str]]:
         original = getattr(owner, attribute)
         patched.append((owner, attribute, original))
         setattr(owner, attribute, wire(original, public))
-        for namespace in _globals_of(answer):
+        for namespace in (f.__globals__ for f in functions_of(answer)):
             for name, value in list(namespace.items()):
                 if value is original:
                     patched.append((namespace, name, value))

@@ -44,6 +44,7 @@ from .core import (
     devices,
     expect_own_code,
     expect_same_results,
+    functions_of,
     passed,
     to_device,
     tripwires,
@@ -216,7 +217,7 @@ def earlier_parts(part: Part, answer: Any) -> Iterator[None]:
     student's own earlier part is checked on its visible cases first, and if it fails the
     message names it as the part to fix first.
     """
-    functions = _functions_of(answer)
+    functions = functions_of(answer)
     namespaces = list({id(f.__globals__): f.__globals__ for f in functions}.values())
     called = set().union(*(_names_used(f.__code__) for f in functions)) if functions else set()
     used = {name: dep for name, dep in part.depends_on.items() if name in called}
@@ -264,13 +265,6 @@ def _expect_earlier_part_right(part: Part, dependency: Part, earlier: Any) -> No
             f"{part.name}: calls your `{dependency.name}`, which does not pass its own check yet "
             f"({first_line}); fix `{dependency.name}` first, then run this cell again"
         ) from None
-
-
-def _functions_of(answer: Any) -> list[Callable]:
-    """The Python functions of an answer: itself, or the methods of a class."""
-    if isinstance(answer, type):
-        return [f for f in vars(answer).values() if hasattr(f, "__globals__")]
-    return [answer] if hasattr(answer, "__globals__") else []
 
 
 def expect_value_errors(part: str, answer: Callable, calls: list[tuple[str, tuple, dict]]) -> None:
@@ -378,7 +372,7 @@ def encode(chapter: str, value: Any) -> Any:
     if isinstance(value, dict):
         return {"dict": {k: encode(chapter, v) for k, v in value.items()}}
     if callable(value):
-        helpers = importlib.import_module(f"autograder.{chapter}").HELPERS
+        helpers = _helpers(chapter)
         name = next((n for n, f in helpers.items() if f is value), None)
         if name is None:
             raise ValueError(f"a visible case of {chapter} passes {value!r}, which is not one of its HELPERS")
@@ -388,6 +382,11 @@ def encode(chapter: str, value: Any) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else {"float": repr(value)}
     raise TypeError(f"cannot store {type(value).__name__} in a visible case")
+
+
+def _helpers(chapter: str) -> dict[str, Callable]:
+    """``HELPERS`` of a chapter's checks module: functions a visible case may pass (none if absent)."""
+    return getattr(importlib.import_module(f"autograder.{chapter}"), "HELPERS", {})
 
 
 def decode(chapter: str, data: Any) -> Any:
@@ -408,7 +407,7 @@ def decode(chapter: str, data: Any) -> Any:
     if "dict" in data:
         return {k: decode(chapter, v) for k, v in data["dict"].items()}
     if "helper" in data:
-        return importlib.import_module(f"autograder.{chapter}").HELPERS[data["helper"]]
+        return _helpers(chapter)[data["helper"]]
     if "float" in data:
         return float(data["float"])
     return {k: decode(chapter, v) for k, v in data.items()}

@@ -99,9 +99,9 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
         checks = importlib.import_module(f"autograder.ch{args.assignment}")
     except ModuleNotFoundError:
         raise ValueError(f"no checks for assignment {args.assignment!r}") from None
-    parts = [checks.PARTS[args.part]] if args.part in checks.PARTS else list(checks.PARTS.values())
     if args.part is not None and args.part not in checks.PARTS:
         raise ValueError(f"{args.assignment} has no part {args.part!r}; its parts: {', '.join(checks.PARTS)}")
+    parts = list(checks.PARTS.values()) if args.part is None else [checks.PARTS[args.part]]
     torch.set_printoptions(precision=4, linewidth=100)
     for part in parts:
         calls, _ = runner.hidden_calls(part)
