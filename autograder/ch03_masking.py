@@ -53,20 +53,33 @@ def _compare_masks(case: Case, mask, expected) -> None:
                + ("" if case.hidden else f"\n    expected: {expected.int().tolist()}\n    got:      {mask.int().tolist()}"))
 
 
-def _expect_default_device_is_the_cpu(fn) -> None:
-    case = Case("causal_mask", "causal_mask(2, 3) without a device")
-    mask = case.call(fn, 2, 3)
-    case.expect_tensor("the mask", mask, shape=(2, 3), dtype=torch.bool, device="cpu")
+def _expect_default_device_is_the_cpu(name: str, *sizes: int):
+    """A ``before`` hook: ``name(*sizes)`` without a device gives a bool mask on the CPU."""
+    def expect(fn) -> None:
+        call = f"{name}({', '.join(map(str, sizes))})"
+        case = Case(name, f"{call} without a device")
+        mask = case.call(fn, *sizes)
+        case.expect_tensor("the mask", mask, shape=sizes[:2], dtype=torch.bool, device="cpu")
+    return expect
 
 
-CAUSAL = Part("causal_mask", CHAPTER, compare=_compare_masks, before=_expect_default_device_is_the_cpu)
+CAUSAL = Part("causal_mask", CHAPTER, compare=_compare_masks,
+              before=_expect_default_device_is_the_cpu("causal_mask", 2, 3))
+BOTTOM_RIGHT = Part("causal_mask_bottom_right", CHAPTER, compare=_compare_masks,
+                    before=_expect_default_device_is_the_cpu("causal_mask_bottom_right", 2, 3))
 PADDING = Part("padding_mask", CHAPTER, arguments=("valid_lens",), compare=_compare_masks)
-WINDOW = Part("window_mask", CHAPTER, compare=_compare_masks, on_devices=False, meta=False)
+WINDOW = Part("window_mask", CHAPTER, compare=_compare_masks,
+              before=_expect_default_device_is_the_cpu("window_mask", 2, 3, 1))
 
 
 def check_causal_mask(fn, hidden: bool = False) -> None:
     """Check ``causal_mask``: bool, ``True`` where ``j ≤ i``, on the requested device."""
     run(CAUSAL, fn, hidden)
+
+
+def check_causal_mask_bottom_right(fn, hidden: bool = False) -> None:
+    """Check ``causal_mask_bottom_right``: bool, ``True`` where ``j ≤ i + (k - q)``, on the requested device."""
+    run(BOTTOM_RIGHT, fn, hidden)
 
 
 def check_padding_mask(fn, hidden: bool = False) -> None:
@@ -75,7 +88,7 @@ def check_padding_mask(fn, hidden: bool = False) -> None:
 
 
 def check_window_mask(fn, hidden: bool = False) -> None:
-    """Check ``window_mask``: bool, ``True`` where ``|i - j| ≤ radius``."""
+    """Check ``window_mask``: bool, ``True`` where ``|i - j| ≤ radius``, on the requested device."""
     run(WINDOW, fn, hidden)
 
 
@@ -125,4 +138,4 @@ def check_masked_attention_arguments(fn, hidden: bool = False) -> None:
     ])
 
 
-PARTS = {part.name: part for part in (MASKED_SOFTMAX, CAUSAL, PADDING, WINDOW, MASKED_ATTENTION)}
+PARTS = {part.name: part for part in (MASKED_SOFTMAX, CAUSAL, BOTTOM_RIGHT, PADDING, WINDOW, MASKED_ATTENTION)}

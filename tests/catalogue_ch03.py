@@ -30,8 +30,14 @@ def padding(valid_lens, num_keys):
     return positions < valid_lens.view(-1, 1, 1)
 
 
-def window(num_queries, num_keys, radius):
-    band = torch.ones(num_queries, num_keys, dtype=torch.bool)
+def bottom_right(num_queries, num_keys, device=None):
+    offset = num_keys - num_queries  # query i sits at position i + offset of the sequence
+    positions = torch.arange(num_queries, device=device)[:, None] + offset  # (q, 1)
+    return torch.arange(num_keys, device=device) <= positions  # (k,) against (q, 1) -> (q, k)
+
+
+def window(num_queries, num_keys, radius, device=None):
+    band = torch.ones(num_queries, num_keys, dtype=torch.bool, device=device)
     return band.triu(-radius) & band.tril(radius)  # diagonals -radius … +radius
 
 
@@ -52,6 +58,7 @@ def attention_with_mask(queries, keys, values, mask=None):
 CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
     (ch03.check_masked_softmax, softmax_lengths, ref03.masked_softmax),
     (ch03.check_causal_mask, causal, ref03.causal_mask),
+    (ch03.check_causal_mask_bottom_right, bottom_right, ref03.causal_mask_bottom_right),
     (ch03.check_padding_mask, padding, ref03.padding_mask),
     (ch03.check_window_mask, window, ref03.window_mask),
     (ch03.check_masked_attention, attention_with_mask, ref03.masked_attention),
@@ -119,6 +126,23 @@ def _causal_ignores_device(num_queries, num_keys, device=None):
     return torch.ones(num_queries, num_keys, dtype=torch.bool).tril()
 
 
+def _bottom_right_as_top_left(num_queries, num_keys, device=None):
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()  # right only if q == k
+
+
+def _bottom_right_offset_reversed(num_queries, num_keys, device=None):
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(num_queries - num_keys)
+
+
+def _bottom_right_never_empty(num_queries, num_keys, device=None):
+    # clamps the offset at 0, so queries before every key see the first keys
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(max(num_keys - num_queries, 0))
+
+
+def _bottom_right_ignores_device(num_queries, num_keys, device=None):
+    return torch.ones(num_queries, num_keys, dtype=torch.bool).tril(num_keys - num_queries)
+
+
 def _padding_on_default_device(valid_lens, num_keys):
     return torch.arange(num_keys) < valid_lens[:, None, None]  # arange on the CPU
 
@@ -127,9 +151,14 @@ def _padding_without_query_axis(valid_lens, num_keys):
     return torch.arange(num_keys, device=valid_lens.device) < valid_lens[:, None]  # (batch, k)
 
 
-def _window_one_sided(num_queries, num_keys, radius):
-    i, j = torch.arange(num_queries)[:, None], torch.arange(num_keys)[None, :]
+def _window_one_sided(num_queries, num_keys, radius, device=None):
+    i, j = torch.arange(num_queries, device=device)[:, None], torch.arange(num_keys, device=device)[None, :]
     return (i - j >= 0) & (i - j <= radius)  # forgets the keys after the query
+
+
+def _window_without_device(num_queries, num_keys, radius):
+    i, j = torch.arange(num_queries)[:, None], torch.arange(num_keys)[None, :]
+    return (i - j).abs() <= radius  # the contract's device argument is missing
 
 
 def _mask_with_zero(queries, keys, values, mask=None):
@@ -175,9 +204,14 @@ WRONG = [  # (name, check, answer, only the hidden cases catch it)
     ("transposed causal mask", ch03.check_causal_mask, _transposed_causal, False),
     ("float mask where bool is required", ch03.check_causal_mask, _float_causal, False),
     ("causal mask ignores device", ch03.check_causal_mask, _causal_ignores_device, False),
+    ("bottom-right mask aligned top-left", ch03.check_causal_mask_bottom_right, _bottom_right_as_top_left, False),
+    ("bottom-right offset with the wrong sign", ch03.check_causal_mask_bottom_right, _bottom_right_offset_reversed, False),
+    ("bottom-right mask never leaves a row empty", ch03.check_causal_mask_bottom_right, _bottom_right_never_empty, False),
+    ("bottom-right mask ignores device", ch03.check_causal_mask_bottom_right, _bottom_right_ignores_device, False),
     ("mask built on the wrong device", ch03.check_padding_mask, _padding_on_default_device, False),
     ("padding mask without the query axis", ch03.check_padding_mask, _padding_without_query_axis, False),
     ("window on one side only", ch03.check_window_mask, _window_one_sided, False),
+    ("window mask without a device argument", ch03.check_window_mask, _window_without_device, False),
     ("masked attention masking with 0", ch03.check_masked_attention, _mask_with_zero, False),
     ("NaN on a query with no allowed key", ch03.check_masked_attention, _nan_on_empty_rows, False),
     ("float mask accepted", ch03.check_masked_attention_arguments, _accepts_float_masks, False),

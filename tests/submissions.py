@@ -2,7 +2,7 @@
 
 Each entry builds one student's notebook from the instructor's solution and says what
 grade every part must get. The parts of 03_masking are masked_softmax (2 points),
-causal_mask (1), padding_mask (1), window_mask (1), masked_attention (2.5) and its
+causal_mask (1), causal_mask_bottom_right (1), padding_mask (1), window_mask (1), masked_attention (2.5) and its
 argument checks (0.5). No part is checked through another, so a crafted mistake costs
 only the part it is in.
 """
@@ -20,21 +20,20 @@ import torch
 from conftest import with_warnings
 
 ASSIGNMENT = "03_masking"
-PARTS = ["test_masked_softmax", "test_causal_mask", "test_padding_mask", "test_window_mask", "test_masked_attention",
-         "test_masked_attention_arguments"]
-POINTS = {"test_masked_softmax": 2, "test_causal_mask": 1, "test_padding_mask": 1, "test_window_mask": 1,
-          "test_masked_attention": 2.5, "test_masked_attention_arguments": 0.5}
+POINTS = {"test_masked_softmax": 2, "test_causal_mask": 1, "test_causal_mask_bottom_right": 1, "test_padding_mask": 1,
+          "test_window_mask": 1, "test_masked_attention": 2.5, "test_masked_attention_arguments": 0.5}
+PARTS = list(POINTS)
 
 WRONG_WINDOW = """
-def window_mask(num_queries, num_keys, radius):
-    i = torch.arange(num_queries)[:, None]
-    j = torch.arange(num_keys)[None, :]
+def window_mask(num_queries, num_keys, radius, device=None):
+    i = torch.arange(num_queries, device=device)[:, None]
+    j = torch.arange(num_keys, device=device)[None, :]
     return (i - j).abs() < radius  # off by one
 """
 RIGHT_WINDOW = """
-def window_mask(num_queries, num_keys, radius):
-    i = torch.arange(num_queries)[:, None]
-    j = torch.arange(num_keys)[None, :]
+def window_mask(num_queries, num_keys, radius, device=None):
+    i = torch.arange(num_queries, device=device)[:, None]
+    j = torch.arange(num_keys, device=device)[None, :]
     return (i - j).abs() <= radius
 """
 WRONG_PADDING = """

@@ -165,7 +165,7 @@ def test_unchanged_submissions_are_not_graded_again(graded):
 def test_a_killed_run_resumes_to_the_grades_of_an_uninterrupted_one(tmp_path):
     course = make_course(tmp_path)
     solution, blank = load(notebook(course / "solutions", A)), load(notebook(course / "exercises", A))
-    expected = {"ada": 8.0, "ben": 0.0, "cy": 8.0, "dee": 0.0}  # the assignment's 8 points, or none
+    expected = {"ada": 9.0, "ben": 0.0, "cy": 9.0, "dee": 0.0}  # the assignment's 9 points, or none
     for student, total in expected.items():
         S.write(course, student, solution if total else blank)
     command = grade_command(course, "--workers", "1")

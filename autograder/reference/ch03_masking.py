@@ -1,7 +1,7 @@
 """Reference answers and cases of assignment 03_masking (grading side only).
 
-Contract section 03: masked softmax with valid lengths, the causal, padding and window
-masks, and masked attention. One mask convention throughout, that of
+Contract section 03: masked softmax with valid lengths, the causal (top-left and
+bottom-right aligned), padding and window masks, and masked attention. One mask convention throughout, that of
 ``torch.nn.functional.scaled_dot_product_attention``: a bool mask, ``True`` = may attend.
 The book's chapter 3 demonstrates with these functions.
 """
@@ -79,12 +79,22 @@ def padding_mask(valid_lens: torch.Tensor, num_keys: int) -> torch.Tensor:
     return torch.arange(num_keys, device=valid_lens.device) < valid_lens[:, None, None]
 
 
-def window_mask(num_queries: int, num_keys: int, radius: int) -> torch.Tensor:
+def causal_mask_bottom_right(num_queries: int, num_keys: int, device=None) -> torch.Tensor:
+    """Bool ``(q, k)``, ``True`` where ``j ≤ i + (k - q)``: the causal mask of the last ``q`` of ``k`` positions.
+
+    Query ``i`` of the block sits at position ``i + k - q`` of the sequence (decoding with a
+    key/value cache); with ``q > k`` the first ``q - k`` rows allow no key (book, chapter 3).
+    """
+    # tril's diagonal shifts the boundary right by k - q: row i keeps columns j <= i + k - q
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(diagonal=num_keys - num_queries)
+
+
+def window_mask(num_queries: int, num_keys: int, radius: int, device=None) -> torch.Tensor:
     """Bool ``(q, k)``, ``True`` where ``|i - j| ≤ radius`` (restricted self-attention)."""
     if radius < 0:
         raise ValueError(f"radius must be non-negative, got {radius}")
-    i = torch.arange(num_queries)[:, None]  # (q, 1)
-    j = torch.arange(num_keys)[None, :]  # (1, k)
+    i = torch.arange(num_queries, device=device)[:, None]  # (q,) -> (q, 1)
+    j = torch.arange(num_keys, device=device)[None, :]  # (k,) -> (1, k)
     return (i - j).abs() <= radius
 
 
@@ -113,6 +123,7 @@ def masked_attention(queries, keys, values, mask=None):
 REFERENCES = {
     "masked_softmax": masked_softmax,
     "causal_mask": causal_mask,
+    "causal_mask_bottom_right": causal_mask_bottom_right,
     "padding_mask": padding_mask,
     "window_mask": window_mask,
     "masked_attention": masked_attention,
@@ -163,9 +174,15 @@ def _mask_sizes(seed: int | None) -> list[tuple[int, int]]:
     return [(n, n), (1, 1)] + [(rng.randint(1, 9), rng.randint(1, 9)) for _ in range(3)]
 
 
-def _causal_calls(seed: int | None) -> list[Call]:
-    return [Call(f"causal_mask({q}, {k}, device=...)", (q, k), {"device": torch.device("cpu")})
+def _causal_calls(seed: int | None, name: str = "causal_mask") -> list[Call]:
+    return [Call(f"{name}({q}, {k}, device=...)", (q, k), {"device": torch.device("cpu")})
             for q, k in _mask_sizes(seed)]
+
+
+def _bottom_right_calls(seed: int | None) -> list[Call]:
+    """Square, wide and tall blocks, and always a block of more queries than keys (empty rows)."""
+    calls = _causal_calls(seed, "causal_mask_bottom_right")
+    return calls + [Call("causal_mask_bottom_right(6, 2, device=...)", (6, 2), {"device": torch.device("cpu")})]
 
 
 def _padding_calls(seeds) -> list[Call]:
@@ -181,7 +198,7 @@ def _padding_calls(seeds) -> list[Call]:
 
 
 def _window_calls(seed: int | None) -> list[Call]:
-    return [Call(f"window_mask({q}, {k}, radius={r})", (q, k, r))
+    return [Call(f"window_mask({q}, {k}, radius={r}, device=...)", (q, k, r), {"device": torch.device("cpu")})
             for q, k in _mask_sizes(seed) for r in (0, 1, 2, max(q, k))]
 
 
@@ -212,6 +229,7 @@ def _attention_calls(seeds) -> list[Call]:
 VISIBLE = {
     "masked_softmax": _masked_softmax_visible,
     "causal_mask": lambda: _causal_calls(None),
+    "causal_mask_bottom_right": lambda: _bottom_right_calls(None),
     "padding_mask": lambda: _padding_calls([0, 1, 2]),
     "window_mask": lambda: _window_calls(None),
     "masked_attention": lambda: _attention_calls([0, 1, 2]),
@@ -219,6 +237,7 @@ VISIBLE = {
 HIDDEN = {
     "masked_softmax": _masked_softmax_hidden,
     "causal_mask": _causal_calls,
+    "causal_mask_bottom_right": _bottom_right_calls,
     "padding_mask": lambda seed: _padding_calls(derived_seeds(seed)),
     "window_mask": _window_calls,
     "masked_attention": lambda seed: _attention_calls(derived_seeds(seed)),
