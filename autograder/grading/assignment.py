@@ -1,0 +1,379 @@
+"""``grade()``: grade every new or changed submission of an assignment, here or on a Dask cluster.
+
+The process that calls :func:`grade` is the only one that writes: the autograded
+notebooks, the gradebook, the state files and the CSV. Workers (processes of this
+machine, or Dask workers anywhere) get a submission's bytes and return its results;
+each runs the submission's kernel in its own sandbox (``sandbox.py``). After each
+submission the scores go into the gradebook, then a state file with the submission's
+fingerprint marks it done, so a run that is killed and started again regrades exactly the
+submissions without an up-to-date state file: nothing is lost, nothing counted twice.
+
+A worker that is lost (its machine or process dies) costs only a new try of the
+submissions it held: Dask runs them again on another worker, and a submission whose
+grading failed for a reason of the grader's own gets no grade and no state file, so the
+next run grades it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed as local_completed
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import nbformat
+
+from .. import __version__
+from .grade import STATUSES, PartResult, grade_submission
+from .gradebook import Course, ensure_assignment, read_timestamp, record, write_csv
+from .sandbox import Limits, check_bubblewrap
+from .secret import fingerprint, load_or_create, student_key
+from .settings import GradeSettings, course_config, resolve
+
+log = logging.getLogger("autograder.grading")
+
+
+@dataclass
+class GradeReport:
+    """What a run of :func:`grade` did.
+
+    Attributes:
+        graded: students graded in this run.
+        unchanged: students whose grades were already up to date.
+        not_graded: students the grader itself failed on (lost workers, a broken
+            worker environment), with the reason: rerun to grade them.
+        rows: every student's part results, as in the CSV.
+        csv_path: the grades table; ``db_url``: the gradebook.
+    """
+
+    assignment: str
+    graded: list[str]
+    unchanged: list[str]
+    not_graded: dict[str, str]
+    rows: list[dict]
+    csv_path: Path
+    db_url: str
+    seconds: float
+    settings: dict = field(default_factory=dict)
+
+
+def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False, progress: bool = True,
+          device: str | None = None, memory_mb: int | None = None, notebook_timeout: float | None = None,
+          sandbox: bool | None = None, scheduler: str | None = None, secret_file: str | Path | None = None,
+          timeout: float | None = None, workers: int | None = None) -> GradeReport:
+    """Grade the new and changed submissions of ``assignment`` in the nbgrader course at ``course_dir``.
+
+    Every setting left at ``None`` comes from the course's ``nbgrader_config.py``
+    (``c.GradeSettings.<name>``), else from its default (see ``settings.py``, where each is
+    declared with its help). ``force`` regrades unchanged submissions too; ``progress``
+    prints one line per graded submission.
+
+    Raises:
+        ValueError: a bad setting; FileNotFoundError: no submissions;
+        SandboxUnavailable: bubblewrap does not work here (and ``sandbox`` is on).
+    """
+    started = time.monotonic()
+    course = Course.open(Path(course_dir))
+    settings, origins = resolve(course_config(course.root), device=device, memory_mb=memory_mb,
+                                notebook_timeout=notebook_timeout, sandbox=sandbox, scheduler=scheduler,
+                                secret_file=None if secret_file is None else str(secret_file), timeout=timeout,
+                                workers=workers)
+    for name, origin in origins.items():
+        log.info("setting %s = %r (%s)", name, getattr(settings, name), origin)
+    source_path = course.source_notebook(assignment)
+    source = nbformat.read(source_path, as_version=4)
+    address = settings.scheduler_address
+    limits = _limits(settings, local=address is None)
+    secret = _secret(settings.secret_path)
+    ensure_assignment(course, assignment, source_path)
+    students = course.students(assignment)
+    if not students:
+        raise FileNotFoundError(f"no submissions of {assignment} under {course.root / course.coursedir.submitted_directory}")
+    fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret) for s in students}
+    todo = [s for s in students if force or _state(course, assignment, s).get("fingerprint") != fingerprints[s]]
+    where = f"Dask scheduler {address}" if address else f"{settings.workers} workers"
+    print(f"{assignment}: {len(students)} submissions, {len(todo)} to grade ({len(students) - len(todo)} unchanged), "
+          f"{where}, device {limits.device}, sandbox {'on' if limits.sandbox else 'OFF'}", flush=True)
+    tasks = {s: (nbformat.writes(source), source_path.name, _submission_bytes(course, assignment, s, source_path.name),
+                 dataclasses.replace(limits, seed_key=student_key(secret, assignment, s))) for s in todo}
+    bar = _Progress(len(todo), enabled=progress)
+    graded, not_graded = [], {}
+    results = _dask_results(tasks, address) if address else _local_results(tasks, settings.workers)
+    for student, outcome in results:
+        problem = outcome if isinstance(outcome, str) else _refusal(outcome)
+        if problem:
+            log.warning("%s: not graded: %s", student, problem)
+            not_graded[student] = problem
+            continue
+        _save(course, assignment, student, source_path, outcome, fingerprints[student])
+        graded.append(student)
+        bar.step(student, outcome["results"], outcome["worker"], outcome["seconds"])
+    rows = _rows(course, assignment, students)
+    csv_path = course.root / "grades" / f"{assignment}.csv"
+    write_csv(csv_path, rows)
+    report = GradeReport(assignment, graded, [s for s in students if s not in todo], not_graded, rows, csv_path,
+                         course.db_url, time.monotonic() - started,
+                         {name: getattr(settings, name) for name in origins})
+    return report
+
+
+# --------------------------------------------------------------------------------------
+# One submission, in a worker
+# --------------------------------------------------------------------------------------
+
+
+def grade_task(source_json: str, notebook_name: str, submission: bytes | None, limits: Limits) -> dict:
+    """In a worker (a local process or a Dask worker): grade one submission from its bytes.
+
+    Args:
+        source_json: the instructor's source notebook.
+        notebook_name: the file name the submission must have.
+        submission: the submitted notebook's bytes, ``None`` if it is missing.
+        limits: the sandbox's limits; ``device="auto"`` is decided here, on the worker.
+
+    Returns:
+        ``results`` (part results as dicts), ``autograded`` (the executed notebook, JSON,
+        or ``None``), ``unanswered``, and, for the log and the checks of the caller,
+        ``worker``, ``seconds`` and ``code`` (the fingerprint of the grading code).
+    """
+    started = time.monotonic()
+    limits = _on_this_machine(limits)
+    with tempfile.TemporaryDirectory(prefix="autograder-submission-") as folder:
+        path = Path(folder) / notebook_name
+        if submission is not None:
+            path.write_bytes(submission)
+        results, autograded, unanswered = grade_submission(nbformat.reads(source_json, as_version=4), path, limits)
+    return {"results": [r.as_dict() for r in results], "unanswered": unanswered,
+            "autograded": None if autograded is None else nbformat.writes(autograded),
+            "worker": _worker_name(), "seconds": time.monotonic() - started, "code": code_fingerprint()}
+
+
+@cache
+def code_fingerprint() -> str:
+    """A hash of the grading code and the checks' data: workers must run the same as the caller."""
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256(__version__.encode())
+    for path in sorted(package.rglob("*")):
+        if path.suffix in (".py", ".json") and "__pycache__" not in path.parts:
+            digest.update(str(path.relative_to(package)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _on_this_machine(limits: Limits) -> Limits:
+    """``limits`` with the device decided here; the sandbox checked here (a worker may lack it)."""
+    if limits.sandbox:
+        check_bubblewrap()
+    if limits.device != "auto":
+        return limits
+    import torch
+
+    return dataclasses.replace(limits, device="cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _worker_name() -> str:
+    try:
+        from distributed import get_worker
+
+        return str(get_worker().name)
+    except (ImportError, ValueError):
+        return f"pid {os.getpid()}"
+
+
+def _refusal(outcome: dict) -> str:
+    """Why a worker's result must not be recorded, or ``""``."""
+    if outcome["code"] != code_fingerprint():
+        return (f"worker {outcome['worker']} runs other grading code (fingerprint {outcome['code']}, here "
+                f"{code_fingerprint()}): install the same course environment on every worker")
+    return ""
+
+
+# --------------------------------------------------------------------------------------
+# Where submissions are graded: this machine's processes, or a Dask cluster
+# --------------------------------------------------------------------------------------
+
+
+def _local_results(tasks: dict[str, tuple], workers: int) -> Iterator[tuple[str, dict | str]]:
+    """``(student, outcome)`` as each finishes, from a pool of this machine's processes.
+
+    The outcome is the task's dict, or a string saying why the grader failed.
+    """
+    if not tasks:
+        return
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
+        jobs = {pool.submit(grade_task, *arguments): student for student, arguments in tasks.items()}
+        for job in local_completed(jobs):
+            yield jobs[job], _outcome(job)
+
+
+def _dask_results(tasks: dict[str, tuple], address: str) -> Iterator[tuple[str, dict | str]]:
+    """``(student, outcome)`` as each finishes, from the workers of the Dask scheduler at ``address``.
+
+    A task whose worker is lost runs again on another (Dask's ``allowed-failures``, 3 by
+    default); past that, its outcome says so and the submission is left for the next run.
+    """
+    from distributed import Client, as_completed
+
+    if not tasks:
+        return
+    try:
+        client = Client(address, timeout="20s")
+    except (OSError, TimeoutError) as error:
+        raise ConnectionError(f"cannot reach the Dask scheduler at {address}: {error}") from None
+    with client:
+        workers = client.scheduler_info()["workers"]
+        log.info("Dask scheduler %s: %d workers (%s)", address, len(workers),
+                 ", ".join(str(w.get("name", a)) for a, w in workers.items()))
+        run = uuid.uuid4().hex[:8]
+        futures = {client.submit(grade_task, *arguments, key=f"grade-{student}-{run}", pure=False): student
+                   for student, arguments in tasks.items()}
+        try:
+            for future in as_completed(futures):
+                yield futures[future], _outcome(future)
+        finally:
+            client.cancel(list(futures))
+
+
+def _outcome(job) -> dict | str:
+    """A finished job's result, or why it has none (the grader failed, not the student)."""
+    try:
+        return job.result()
+    except Exception as error:  # a lost worker, a broken environment: grade it in the next run
+        return f"{type(error).__name__}: {error}"
+
+
+# --------------------------------------------------------------------------------------
+# The caller's side: inputs, records, state
+# --------------------------------------------------------------------------------------
+
+
+def _limits(settings: GradeSettings, local: bool) -> Limits:
+    """The sandbox limits; on this machine, the device and bubblewrap are checked now, not per task."""
+    device = settings.device
+    if local:
+        import torch
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        elif device == "cuda" and not torch.cuda.is_available():
+            raise ValueError("device cuda: no CUDA device is available here")
+        if settings.sandbox:
+            check_bubblewrap()
+    threads = max(1, (os.cpu_count() or 1) // settings.workers) if local else 1
+    return Limits(cell_seconds=settings.timeout, notebook_seconds=settings.notebook_timeout or 5 * settings.timeout,
+                  memory_mb=settings.memory_mb, threads=threads, device=device, sandbox=settings.sandbox)
+
+
+def _secret(path: Path) -> bytes:
+    """The course secret, made on first use (and said so, since regrades need the same file)."""
+    secret, created = load_or_create(path)
+    if created:
+        print(f"made a new grading secret in {path}: keep it (regrades need it) and out of every repository",
+              flush=True)
+    return secret
+
+
+def _submission_bytes(course: Course, assignment: str, student: str, name: str) -> bytes | None:
+    path = course.folder("submitted", assignment, student) / name
+    return path.read_bytes() if path.is_file() else None
+
+
+def _save(course: Course, assignment: str, student: str, source_path: Path, outcome: dict, fingerprint: str) -> None:
+    """Autograded notebook, then gradebook, then the state file that marks the submission as done."""
+    results = [PartResult(**row) for row in outcome["results"]]
+    submitted = course.folder("submitted", assignment, student)
+    if outcome["autograded"] is not None:
+        folder = course.folder("autograded", assignment, student)
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = folder / f".{source_path.name}.partial"
+        partial.write_text(outcome["autograded"], encoding="utf-8")
+        os.replace(partial, folder / source_path.name)
+        if (submitted / "timestamp.txt").exists():
+            (folder / "timestamp.txt").write_text((submitted / "timestamp.txt").read_text())
+    record(course, assignment, source_path.stem, student, results, outcome["unanswered"], read_timestamp(submitted))
+    state = {"fingerprint": fingerprint, "results": [r.as_dict() for r in results]}
+    path = _state_path(course, assignment, student)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".partial").write_text(json.dumps(state))
+    os.replace(path.with_suffix(".partial"), path)
+
+
+def _fingerprint(course: Course, assignment: str, student: str, source_path: Path, secret: bytes) -> str:
+    """A hash of everything a grade depends on: the submission, the source, the grader, the secret."""
+    digest = hashlib.sha256(f"{__version__}\n{fingerprint(secret)}\n".encode())
+    digest.update(source_path.read_bytes())
+    folder = course.folder("submitted", assignment, student)
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _state_path(course: Course, assignment: str, student: str) -> Path:
+    return course.root / "grades" / ".state" / assignment / f"{student}.json"
+
+
+def _state(course: Course, assignment: str, student: str) -> dict:
+    try:
+        return json.loads(_state_path(course, assignment, student).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _rows(course: Course, assignment: str, students: list[str]) -> list[dict]:
+    """One CSV row per student and part, from the state files."""
+    rows = []
+    for student in students:
+        for result in _state(course, assignment, student).get("results", []):
+            rows.append({"student": student, "assignment": assignment, **result})
+    return rows
+
+
+class _Progress:
+    """A progress bar on a terminal, one line per submission otherwise."""
+
+    def __init__(self, total: int, enabled: bool = True):
+        self.total, self.done, self.started, self.enabled = total, 0, time.monotonic(), enabled
+        self.tty = sys.stderr.isatty()
+
+    def step(self, student: str, results: list[dict], worker: str, seconds: float) -> None:
+        self.done += 1
+        score = sum(r["score"] for r in results)
+        best = sum(r["max_score"] for r in results)
+        elapsed = time.monotonic() - self.started
+        log.info("%s: %g/%g, graded by %s in %.1f s", student, score, best, worker, seconds)
+        if not self.enabled:
+            return
+        if self.tty:
+            filled = int(30 * self.done / max(1, self.total))
+            print(f"\r[{'#' * filled}{'.' * (30 - filled)}] {self.done}/{self.total} {elapsed:5.0f} s  "
+                  f"{student}: {score:g}/{best:g}   ", end="" if self.done < self.total else "\n", file=sys.stderr, flush=True)
+        else:
+            print(f"[{self.done}/{self.total}] {student}: {score:g}/{best:g} ({elapsed:.0f} s)", flush=True)
+
+
+def summary(report: GradeReport) -> str:
+    """The lines the command prints at the end of a run."""
+    statuses = Counter(row["status"] for row in report.rows)
+    parts = ", ".join(f"{statuses[s]} {s}" for s in STATUSES if statuses[s])
+    lines = [f"graded {len(report.graded)} submissions in {report.seconds:.1f} s "
+             f"({len(report.unchanged)} unchanged, not regraded)",
+             f"parts: {parts or 'none'}"]
+    if report.not_graded:
+        lines.append(f"NOT graded, the grader failed (run the command again to grade them): "
+                     + "; ".join(f"{s}: {why}" for s, why in sorted(report.not_graded.items())))
+    lines += [f"grades: {report.csv_path}", f"gradebook: {report.db_url}"]
+    return "\n".join(lines)

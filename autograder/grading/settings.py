@@ -1,0 +1,105 @@
+"""Every setting of the grading command, declared once.
+
+A setting is a trait of :class:`GradeSettings`, with its default and its help. The same
+declaration serves three ways of giving it, the later overriding the earlier:
+
+1. its default here;
+2. the course's ``nbgrader_config.py``, as nbgrader's own options are given there::
+
+       c.GradeSettings.workers = 16
+       c.GradeSettings.timeout = 60
+       c.GradeSettings.scheduler = "tcp://grading.example.edu:8786"
+
+3. a keyword argument of :func:`autograder.grading.assignment.grade`, which is what each
+   option of ``python -m autograder grade`` becomes (``--memory-mb 2048`` is
+   ``memory_mb=2048``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode
+from traitlets.config import Configurable
+from traitlets.config.loader import Config, PyFileConfigLoader
+
+from .secret import default_path
+
+#: The environment variable Dask's own tools read a scheduler's address from.
+DASK_SCHEDULER_VARIABLE = "DASK_SCHEDULER_ADDRESS"
+
+
+class GradeSettings(Configurable):
+    """The settings of ``python -m autograder grade`` (``c.GradeSettings`` in ``nbgrader_config.py``)."""
+
+    workers = Integer(os.cpu_count() or 1, min=1,
+                      help="submissions graded at once on this machine (default: its cores)").tag(config=True)
+    scheduler = Unicode(None, allow_none=True,
+                        help="address of a Dask scheduler whose workers grade, e.g. tcp://host:8786 "
+                             f"(default: ${DASK_SCHEDULER_VARIABLE} if set, else this machine's "
+                             "processes)").tag(config=True)
+    device = Enum(["auto", "cpu", "cuda"], "auto",
+                  help="where the checks run: auto is cuda when there is a GPU (default: auto)").tag(config=True)
+    timeout = Float(120.0, min=0.001, help="seconds one cell may run (default: 120)").tag(config=True)
+    notebook_timeout = Float(None, allow_none=True, min=0.001,
+                             help="seconds one notebook may run (default: 5 x timeout)").tag(config=True)
+    memory_mb = Integer(4096, min=256, help="memory of one submission's kernel, in MiB (default: 4096)").tag(config=True)
+    secret_file = Unicode(None, allow_none=True,
+                          help="the course secret behind the hidden cases; made on first use, keep it out of "
+                               f"every repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})").tag(config=True)
+    sandbox = Bool(True, help="run student code in bubblewrap (turning it off is unsafe)").tag(config=True)
+
+    @property
+    def scheduler_address(self) -> str | None:
+        """The Dask scheduler to use: the setting, else ``$DASK_SCHEDULER_ADDRESS``, else none."""
+        return self.scheduler or os.environ.get(DASK_SCHEDULER_VARIABLE) or None
+
+    @property
+    def secret_path(self) -> Path:
+        return Path(self.secret_file).expanduser() if self.secret_file else default_path()
+
+
+def setting_names() -> list[str]:
+    """The names of the settings, in declaration order."""
+    return list(GradeSettings.class_own_traits(config=True))
+
+
+def course_config(course_dir: Path) -> Config:
+    """The configuration in ``course_dir/nbgrader_config.py`` (empty if there is none)."""
+    if not (course_dir / "nbgrader_config.py").exists():
+        return Config()
+    return PyFileConfigLoader("nbgrader_config.py", path=str(course_dir)).load_config()
+
+
+def resolve(config: Config, **given) -> tuple[GradeSettings, dict[str, str]]:
+    """The settings from ``config``, overridden by every ``given`` value that is not ``None``.
+
+    Returns:
+        ``(settings, origins)``: the settings, and for each one where its value came from
+        (``"default"``, ``"nbgrader_config.py"`` or ``"argument"``), for the log.
+
+    Raises:
+        ValueError: an unknown name, or a value a setting does not accept.
+    """
+    from_config = dict(config.get("GradeSettings", {}))
+    settings, origins = GradeSettings(), dict.fromkeys(setting_names(), "default")
+    for origin, values in (("nbgrader_config.py", from_config), ("argument", given)):
+        for name, value in values.items():
+            if value is None and origin == "argument":
+                continue
+            _set(settings, name, value, origin)
+            origins[name] = origin
+    return settings, origins
+
+
+def _set(settings: GradeSettings, name: str, value, origin: str) -> None:
+    """Set one setting, or raise a ``ValueError`` that names it as both places spell it."""
+    where = f"--{name.replace('_', '-')} / c.GradeSettings.{name}"
+    if name not in setting_names():
+        raise ValueError(f"unknown grading setting {name!r} ({origin}); the settings: {', '.join(setting_names())}")
+    try:
+        setattr(settings, name, value)
+    except TraitError as error:
+        reason = str(error).split(" of a GradeSettings instance ")[-1]
+        raise ValueError(f"bad grading setting {name} ({where}, from the {origin}): {reason}") from None
