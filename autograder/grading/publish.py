@@ -1,8 +1,9 @@
 """``python -m autograder publish DEST``: the student repository of a course run for credit.
 
 A course taught for credit keeps this repository private: it holds ``solutions/`` (the
-answers), ``autograder/reference/`` (reference answers and hidden cases) and the grading
-command. Students get a second repository made from it by this command, holding only
+answers), ``autograder/reference/`` (reference answers and hidden cases), the grading
+command and ``instructors/`` (the answers to the book's think-exercises). Students get a
+second repository made from it by this command, holding only
 
 * ``exercises/``: the released notebooks;
 * ``autograder/`` without ``reference/`` and ``grading/``: the visible checks, which read
@@ -26,6 +27,9 @@ from pathlib import Path
 PUBLISHED = ["exercises", "autograder", "binder", "pyproject.toml"]
 #: Left out of ``autograder/``: the grading side.
 WITHHELD = {"reference", "grading", "__pycache__"}
+#: Top-level folders of the course repository that are for instructors only. ``PUBLISHED``
+#: names none of them; the last look before committing refuses them all the same.
+INSTRUCTORS_ONLY = {"solutions", "instructors"}
 #: Text that must never reach students (nbgrader's markers of answers and hidden tests).
 MARKERS = ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS", "hidden=True")
 
@@ -111,6 +115,8 @@ def _refuse_instructor_material(destination: Path, written: list[Path]) -> None:
     for relative in written:
         if relative.parts[:2] in (("autograder", "reference"), ("autograder", "grading")):
             raise PublishError(f"{relative} belongs to the grading side")
+        if relative.parts[0] in INSTRUCTORS_ONLY:
+            raise PublishError(f"{relative} is for instructors only")
         if relative.suffix in (".py", ".ipynb", ".json", ".md", ".txt", ".toml"):
             text = (destination / relative).read_text(encoding="utf-8")
             found = [marker for marker in MARKERS if marker in text]
