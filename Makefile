@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 MATHJAX := _assets/mathjax/tex-chtml.js
 
-.PHONY: install book test sandbox chromium exercises benchmark clean
+.PHONY: install book test sandbox chromium postgres exercises benchmark clean
 
 install: $(STAMP) $(MATHJAX)
 
@@ -36,7 +36,7 @@ book: $(STAMP) $(MATHJAX)
 
 # The whole test suite (it builds the book too, in a temporary folder, and visits every
 # page in headless Chromium; screenshots land in _build/screenshots/).
-test: $(STAMP) $(MATHJAX) sandbox chromium
+test: $(STAMP) $(MATHJAX) sandbox chromium postgres
 	$(BIN)/python -m pytest
 
 # bubblewrap, the sandbox of the grading command (Debian's package; needs root or sudo once).
@@ -48,6 +48,13 @@ sandbox:
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
 	  || { sudo apt-get update -qq && sudo apt-get install -y -qq chromium; }
+
+# Debian's PostgreSQL server, for the tests of a gradebook in PostgreSQL (tests/pg.py starts a
+# throw-away server of its own, on a Unix socket in a temporary folder; nothing is configured here).
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 \
+	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
+	  || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 
 # Regenerate the student notebooks from solutions/, and the visible cases of the checks
 # (autograder/cases/*.json) from the references (commit the result).

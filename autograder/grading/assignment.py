@@ -112,15 +112,18 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     bar = _Progress(len(todo), enabled=progress)
     graded, not_graded = [], {}
     results = _dask_results(tasks, address) if address else _local_results(tasks, settings.workers)
-    for student, outcome in results:
-        problem = outcome if isinstance(outcome, str) else _refusal(outcome)
-        if problem:
-            log.warning("%s: not graded: %s", student, problem)
-            not_graded[student] = problem
-            continue
-        _save(course, assignment, student, source_path, outcome, fingerprints[student])
-        graded.append(student)
-        bar.step(student, outcome["results"], outcome["worker"], outcome["seconds"])
+    try:
+        for student, outcome in results:
+            problem = outcome if isinstance(outcome, str) else _refusal(outcome)
+            if problem:
+                log.warning("%s: not graded: %s", student, problem)
+                not_graded[student] = problem
+                continue
+            _save(course, assignment, student, source_path, outcome, fingerprints[student])
+            graded.append(student)
+            bar.step(student, outcome["results"], outcome["worker"], outcome["seconds"])
+    finally:
+        results.close()  # stops the workers' queue if recording failed
     rows = _rows(course, assignment, students)
     csv_path = course.root / "grades" / f"{assignment}.csv"
     write_csv(csv_path, rows)
@@ -215,8 +218,12 @@ def _local_results(tasks: dict[str, tuple], workers: int) -> Iterator[tuple[str,
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
         jobs = {pool.submit(grade_task, *arguments): student for student, arguments in tasks.items()}
-        for job in local_completed(jobs):
-            yield jobs[job], _outcome(job)
+        try:
+            for job in local_completed(jobs):
+                yield jobs[job], _outcome(job)
+        finally:  # the caller stopped (the gradebook went away, Ctrl-C): grade nothing more
+            for job in jobs:
+                job.cancel()
 
 
 def _dask_results(tasks: dict[str, tuple], address: str) -> Iterator[tuple[str, dict | str]]:

@@ -1,26 +1,56 @@
 """The course directory as nbgrader lays it out, and the grades recorded where nbgrader looks.
 
-Scores go into nbgrader's own gradebook (any database URL nbgrader accepts), and the
-executed notebooks into ``autograded/``, so ``nbgrader export``, the formgrader and
+Scores go into nbgrader's own gradebook (any database URL nbgrader accepts: SQLite, the
+default, or PostgreSQL with ``c.CourseDirectory.db_url = "postgresql+psycopg://..."``), and
+the executed notebooks into ``autograded/``, so ``nbgrader export``, the formgrader and
 ``nbgrader generate_feedback`` work as after ``nbgrader autograde``.
+
+Each submission's scores are written in one transaction (``record``), retried whole when
+another grading run into the same database wrote the same student at the same moment. A
+database that cannot be reached raises ``GradebookUnavailable``: what was committed
+before stays, and the grading command, run again, resumes from there.
 """
 
 from __future__ import annotations
 
 import csv
+import logging
 import os
+import random
+import sqlite3
+import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Callable, Iterator, TypeVar
 
 import nbformat
-from nbgrader.api import Gradebook, MissingEntry
+from nbgrader.api import (Comment, Gradebook, Grade, InvalidEntry, MissingEntry, Student, SubmittedAssignment,
+                          SubmittedNotebook)
 from nbgrader.coursedir import CourseDirectory
-from sqlalchemy.exc import SAWarning
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError, OperationalError, SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
 from .grade import PartResult
+
+T = TypeVar("T")
+ATTEMPTS = 5  # tries of one transaction that conflicts with another run's (see ``_conflict``)
+# SQLSTATEs of a transaction that lost a race and may simply be run again: serialization
+# failure, deadlock, and a table or type another run's first connection created meanwhile
+RETRY_SQLSTATES = {"40001", "40P01", "42P07", "42710"}
+
+
+class GradebookUnavailable(ConnectionError):
+    """The gradebook's database cannot be reached, went away in the middle of a run, or has no driver here.
+
+    Its message is one line that names the database (without a password) and says what
+    to do: running the command again resumes, and nothing half-written is left behind.
+    A ``ConnectionError``, so the command prints it as ``error: ...`` and exits with 2.
+    """
+
 
 CSV_COLUMNS = ["student", "assignment", "part", "score", "max_score", "status", "message"]
 
@@ -63,28 +93,168 @@ class Course:
         return sorted(p.parent.name for p in submitted.glob(f"*/{assignment}") if p.is_dir()) if submitted.is_dir() else []
 
 
+def describe(db_url: str) -> str:
+    """``db_url`` as written in the configuration, but without its password, to name the database in messages."""
+    try:
+        url = make_url(db_url)
+    except Exception:  # not a URL SQLAlchemy can parse: say it as given
+        return db_url
+    return url.render_as_string(hide_password=True) if url.password else db_url
+
+
+def _conflict(error: BaseException) -> bool:
+    """Whether ``error`` is a race with another writer, so that running the transaction again helps."""
+    if isinstance(error, (IntegrityError, InvalidEntry)):  # a unique key another run inserted first
+        return True
+    orig = getattr(error, "orig", None)
+    state = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)  # psycopg 3, psycopg2
+    if isinstance(error, DBAPIError) and state in RETRY_SQLSTATES:
+        return True
+    return isinstance(orig, sqlite3.OperationalError) and "locked" in str(orig)
+
+
+def _unavailable(db_url: str, error: BaseException) -> GradebookUnavailable:
+    reason = " ".join(str(getattr(error, "orig", None) or error).split())  # one line
+    return GradebookUnavailable(
+        f"the gradebook database {describe(db_url)} is unavailable ({reason[:300]}); the grades recorded before "
+        "are kept: once it is reachable again, run the same command to resume")
+
+
+@contextmanager
+def _quiet_nbgrader() -> Iterator[None]:
+    """nbgrader logs a traceback for every failed commit; the conflicts ``_transaction`` retries are expected."""
+    logger = logging.getLogger("tornado.application")  # nbgrader.api's app_log
+
+    def drop(record: logging.LogRecord) -> bool:
+        return False
+
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        logger.removeFilter(drop)
+
+
+def _transaction(db_url: str, work: Callable[[Gradebook], T]) -> T:
+    """``work(gradebook)`` in one transaction, committed at the end.
+
+    The whole transaction is run again (on a new connection) when it conflicts with
+    another run's (two runs adding the same student; two first runs creating the tables
+    of an empty database), a few times; a database that cannot be reached raises
+    ``GradebookUnavailable`` and nothing of the transaction is written.
+    """
+    for attempt in range(1, ATTEMPTS + 1):
+        gradebook = None
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", category=SAWarning)  # nbgrader's own autoflush notices
+                with _quiet_nbgrader():
+                    gradebook = Gradebook(db_url)
+                result = work(gradebook)
+                gradebook.db.commit()
+                return result
+        except Exception as error:
+            if gradebook is not None:
+                _close(gradebook)
+                gradebook = None
+            if attempt < ATTEMPTS and _conflict(error):
+                time.sleep(random.uniform(0.05, 0.2) * attempt)
+                continue
+            if isinstance(error, (OperationalError, InterfaceError)):
+                raise _unavailable(db_url, error) from error
+            if isinstance(error, (ImportError, NoSuchModuleError)):  # e.g. psycopg not installed
+                raise GradebookUnavailable(
+                    f"cannot open the gradebook database {describe(db_url)}: no driver for it in this environment "
+                    f"({' '.join(str(error).split())}); install it, e.g. pip install 'psycopg[binary]' for "
+                    "postgresql+psycopg://") from error
+            raise
+        finally:
+            if gradebook is not None:
+                _close(gradebook)
+    raise AssertionError("unreachable")
+
+
+def _close(gradebook: Gradebook) -> None:
+    """Close ``gradebook``, rolling back what was not committed; a connection already lost is fine."""
+    try:
+        gradebook.close()
+    except Exception:
+        pass
+
+
 def ensure_assignment(course: Course, assignment: str, source_path: Path) -> None:
-    """Record the assignment's cells in the gradebook unless ``generate_assignment`` did already."""
+    """Record the assignment's cells in the gradebook unless ``generate_assignment`` did already.
+
+    Also when an earlier run saved only some of them (nbgrader's ``SaveCells`` commits cell
+    by cell, and the database may have gone away in between): saving them again is safe
+    while the notebook has no submissions.
+    """
     from nbgrader.preprocessors import SaveCells
+    from nbgrader.utils import is_grade, is_solution
 
     notebook_id = source_path.stem
-    with Gradebook(course.db_url) as gradebook:
+    source = nbformat.read(source_path, as_version=4)
+    wanted = ({c.metadata.nbgrader["grade_id"] for c in source.cells if is_grade(c)},
+              {c.metadata.nbgrader["grade_id"] for c in source.cells if is_solution(c)})
+
+    def missing(gradebook: Gradebook) -> bool:
         try:
-            gradebook.find_notebook(notebook_id, assignment)
-            return
+            saved = gradebook.find_notebook(notebook_id, assignment)
         except MissingEntry:
             gradebook.update_or_create_assignment(assignment)
+            return True
+        return not (wanted[0] <= {c.name for c in saved.grade_cells}
+                    and wanted[1] <= {c.name for c in saved.solution_cells})
+
+    if not _transaction(course.db_url, missing):
+        return
     resources = {"nbgrader": {"db_url": course.db_url, "assignment": assignment, "notebook": notebook_id}}
-    SaveCells().preprocess(nbformat.read(source_path, as_version=4), resources)
+    try:
+        SaveCells().preprocess(source, resources)
+    except (OperationalError, InterfaceError) as error:
+        raise _unavailable(course.db_url, error) from error
+
+
+def _submission(gradebook: Gradebook, assignment: str, student: str) -> SubmittedAssignment:
+    """The student's submission, made (with the student) if new, as ``add_submission`` makes it,
+    but not committed: nbgrader's ``update_or_create_*`` commit at once, each on its own."""
+    try:
+        gradebook.find_student(student)
+    except MissingEntry:
+        gradebook.db.add(Student(id=student))
+        gradebook.db.flush()  # another run adding this student first: IntegrityError, and a retry
+    try:
+        return gradebook.find_submission(assignment, student)
+    except MissingEntry:
+        pass
+    submission = SubmittedAssignment(assignment=gradebook.find_assignment(assignment),
+                                     student=gradebook.find_student(student))
+    for notebook in submission.assignment.notebooks:
+        submitted = SubmittedNotebook(notebook=notebook, assignment=submission)
+        for cell in notebook.grade_cells:
+            Grade(cell_id=cell.id, notebook=submitted)
+        for cell in notebook.solution_cells:
+            Comment(cell_id=cell.id, notebook=submitted)
+        for cell in notebook.task_cells:
+            Comment(cell_id=cell.id, notebook=submitted)
+            Grade(cell_id=cell.id, notebook=submitted)
+    gradebook.db.add(submission)
+    gradebook.db.flush()
+    return submission
 
 
 def record(course: Course, assignment: str, notebook_id: str, student: str, results: list[PartResult],
            answers_blank: dict[str, bool], timestamp: datetime | None) -> None:
-    """Write one student's scores into the gradebook, in one transaction."""
-    with warnings.catch_warnings(), Gradebook(course.db_url) as gradebook:
-        warnings.simplefilter("ignore", category=SAWarning)  # nbgrader's own autoflush notices
-        gradebook.update_or_create_student(student)
-        gradebook.update_or_create_submission(assignment, student, timestamp=timestamp)
+    """Write one student's submission and scores into the gradebook, in one transaction.
+
+    Either all of it is committed or none (the caller marks the submission as done only
+    after this returns). Raises ``GradebookUnavailable`` if the database cannot be reached.
+    """
+    from nbgrader.utils import parse_utc
+
+    def write(gradebook: Gradebook) -> None:
+        submission = _submission(gradebook, assignment, student)
+        submission.timestamp = parse_utc(timestamp)
         for result in results:
             grade = gradebook.find_grade(result.part, notebook_id, assignment, student)
             grade.auto_score = result.score
@@ -92,7 +262,8 @@ def record(course: Course, assignment: str, notebook_id: str, student: str, resu
         for answer_id, blank in answers_blank.items():
             comment = gradebook.find_comment(answer_id, notebook_id, assignment, student)
             comment.auto_comment = "No response." if blank else None
-        gradebook.db.commit()
+
+    _transaction(course.db_url, write)
 
 
 def read_timestamp(folder: Path) -> datetime | None:
