@@ -37,6 +37,7 @@ from pathlib import Path
 import nbformat
 
 from .. import __version__
+from . import zygote
 from .grade import STATUSES, PartResult, grade_submission
 from .gradebook import Course, ensure_assignment, read_timestamp, record, write_csv
 from .sandbox import Limits, check_bubblewrap
@@ -111,7 +112,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
                  dataclasses.replace(limits, seed_key=student_key(secret, assignment, s))) for s in todo}
     bar = _Progress(len(todo), enabled=progress)
     graded, not_graded = [], {}
-    results = _dask_results(tasks, address) if address else _local_results(tasks, settings.workers)
+    results = _dask_results(tasks, address) if address else _local_results(tasks, settings.workers, limits)
     try:
         for student, outcome in results:
             problem = outcome if isinstance(outcome, str) else _refusal(outcome)
@@ -153,7 +154,7 @@ def grade_task(source_json: str, notebook_name: str, submission: bytes | None, l
         ``worker``, ``seconds`` and ``code`` (the fingerprint of the grading code).
     """
     started = time.monotonic()
-    limits = _on_this_machine(limits)
+    limits = _on_this_machine(limits)  # cached: checked once per worker process
     with tempfile.TemporaryDirectory(prefix="autograder-submission-") as folder:
         path = Path(folder) / notebook_name
         if submission is not None:
@@ -178,12 +179,17 @@ def code_fingerprint() -> str:
 def _on_this_machine(limits: Limits) -> Limits:
     """``limits`` with the device decided here; the sandbox checked here (a worker may lack it)."""
     if limits.sandbox:
-        check_bubblewrap()
+        _check_bubblewrap_once()
     if limits.device != "auto":
         return limits
     import torch
 
     return dataclasses.replace(limits, device="cuda" if torch.cuda.is_available() else "cpu")
+
+
+@cache
+def _check_bubblewrap_once() -> None:
+    check_bubblewrap()
 
 
 def _worker_name() -> str:
@@ -208,13 +214,15 @@ def _refusal(outcome: dict) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _local_results(tasks: dict[str, tuple], workers: int) -> Iterator[tuple[str, dict | str]]:
+def _local_results(tasks: dict[str, tuple], workers: int, limits: Limits) -> Iterator[tuple[str, dict | str]]:
     """``(student, outcome)`` as each finishes, from a pool of this machine's processes.
 
-    The outcome is the task's dict, or a string saying why the grader failed.
+    The outcome is the task's dict, or a string saying why the grader failed. The pool's
+    processes fork their kernels from one zygote, started here before they are forked.
     """
     if not tasks:
         return
+    zygote.prestart(limits)
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
         jobs = {pool.submit(grade_task, *arguments): student for student, arguments in tasks.items()}

@@ -5,11 +5,15 @@ timeout, or the kernel's death, never from what the cell printed. After each tes
 the grader asks the kernel for an integrity audit (``guard.audit``). When a kernel dies
 or a cell runs out of time, a new kernel replays the cells that had worked so far and
 grading goes on with the next cell, so one runaway part does not cost the others.
+
+Kernels are forked from this process's zygote (``zygote.py``), one new kernel for each
+start and restart; where no zygote can run, each starts in its own sandbox as before.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -20,7 +24,8 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbformat import NotebookNode
 
 from .notebooks import Assembled
-from .sandbox import Limits, SandboxedKernelManager
+from . import zygote as zygotes
+from .sandbox import Limits, SandboxedKernelManager, ZygoteKernelManager
 
 MAX_RESTARTS = 3
 
@@ -70,6 +75,7 @@ class _Session:
         self.deadline = time.monotonic() + limits.notebook_seconds
         self.restarts = 0
         self.client: _Client | None = None
+        self.sockets: str | None = None
 
     def run(self) -> list[CellResult]:
         try:
@@ -144,11 +150,21 @@ class _Session:
         return False
 
     def _start_kernel(self) -> None:
-        sockets = tempfile.mkdtemp(dir=self.scratch, prefix="sockets-")
+        zygote = zygotes.for_limits(self.limits)
         work = tempfile.mkdtemp(dir=self.scratch, prefix="work-")
-        km = SandboxedKernelManager(transport="ipc", ip=os.path.join(sockets, "kernel"),
-                                    connection_file=os.path.join(sockets, "kernel.json"), kernel_name="python3")
-        km.limits, km.scratch = self.limits, work
+        if zygote is not None:  # sockets where the zygote's sandbox has them (each kernel sees its own only)
+            self.sockets = tempfile.mkdtemp(dir=zygote.folder, prefix="sockets-")
+            km_class = ZygoteKernelManager
+        else:
+            self.sockets = tempfile.mkdtemp(dir=self.scratch, prefix="sockets-")
+            km_class = SandboxedKernelManager
+        km = km_class(transport="ipc", ip=os.path.join(self.sockets, "kernel"),
+                      connection_file=os.path.join(self.sockets, "kernel.json"), kernel_name="python3")
+        km.limits = self.limits
+        if zygote is not None:
+            km.zygote, km.work = zygote, work
+        else:
+            km.scratch = work
         self.client = _Client(self.assembled.notebook, km, self.limits.output_bytes)
         self.client.start_new_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.client.start_new_kernel_client()  # waits until the kernel answers
@@ -165,10 +181,12 @@ class _Session:
 
     def _stop_kernel(self) -> None:
         """Kill the kernel (its sandbox and everything in it goes with it)."""
-        if self.client is None or self.client.km is None:
-            return
-        try:
-            self.client._cleanup_kernel()
-        except Exception:  # already gone
-            pass
+        if self.client is not None and self.client.km is not None:
+            try:
+                self.client._cleanup_kernel()
+            except Exception:  # already gone
+                pass
         self.client = None
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
+            self.sockets = None

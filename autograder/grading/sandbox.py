@@ -1,19 +1,25 @@
 """The sandbox a student's kernel runs in: bubblewrap namespaces plus resource limits.
 
-The kernel is started as ``prlimit … bwrap … python -m ipykernel_launcher``:
+A kernel is forked from a warm *zygote* (``zygote.py``) that runs in this sandbox, and
+then sandboxes itself once more in namespaces of its own; where no zygote can start, it
+is started as ``prlimit … bwrap … python -m ipykernel_launcher``. Either way:
 
 * **filesystem**: a fresh root that holds the operating system (read-only), the Python
   installation and virtual environment (read-only), the ``autograder`` package
   (read-only), an empty writable ``/tmp`` and working folder, and the folder of the
   kernel's connection sockets. The course directory (solutions, gradebook, other
-  students' submissions) is simply not there.
+  students' submissions) is simply not there, and neither is any other kernel's
+  ``/tmp``, ``/dev`` or sockets folder.
 * **network**: a new, empty network namespace; the kernel talks to the grader over Unix
   sockets (ZeroMQ's ``ipc`` transport), so it needs none.
-* **processes**: new PID, IPC and UTS namespaces, all capabilities dropped, a new session
-  (no terminal), killed with the grader.
+* **processes**: new PID, IPC and UTS namespaces (the kernel sees its sandbox's init and
+  itself, nothing else), all capabilities dropped, a new session (no terminal), killed
+  with the grader.
 * **limits**: memory (``RLIMIT_DATA``: a huge allocation fails with an error in the
   student's cell), no core dumps, at most 256 MB per written file; time and output size
   are enforced by the grader (``run.py``).
+* **one kernel, one submission**: every kernel is a new process with its own namespaces,
+  environment (the student's seed key) and random state; a restart starts a new one.
 """
 
 from __future__ import annotations
@@ -22,12 +28,17 @@ import glob
 import os
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.provisioning import LocalProvisioner
+from traitlets import DottedObjectName, Type
 
 from ..runner import SEED_KEY_VARIABLE
+from . import zygote as zygotes
 
 
 class SandboxUnavailable(Exception):
@@ -46,6 +57,8 @@ class Limits:
         threads: PyTorch CPU threads of the kernel.
         device: ``"cpu"`` (CUDA hidden from the kernel) or ``"cuda"``.
         sandbox: run the kernel under bubblewrap (``False`` only for machines without it).
+        zygote: fork kernels from a warm zygote (``zygote.py``); ``False`` starts each
+            kernel from scratch (slower, equally sandboxed).
         seed_key: the key of this student's hidden cases (``AUTOGRADER_SEED_KEY`` in the
             kernel; see ``secret.py``), ``""`` for none.
     """
@@ -57,6 +70,7 @@ class Limits:
     threads: int = 1
     device: str = "cpu"
     sandbox: bool = True
+    zygote: bool = True
     seed_key: str = ""
 
 
@@ -86,8 +100,8 @@ def visible_paths() -> list[str]:
     return paths
 
 
-def bwrap_command(kernel_command: list[str], sockets: str, scratch: str, limits: Limits) -> list[str]:
-    """``kernel_command`` wrapped in resource limits and, unless disabled, bubblewrap."""
+def kernel_environment(limits: Limits, seed_key: bool = True) -> dict[str, str]:
+    """The whole environment of a kernel (nothing of the grader's own is passed on)."""
     env = {
         "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin",
         "HOME": "/tmp",
@@ -99,23 +113,70 @@ def bwrap_command(kernel_command: list[str], sockets: str, scratch: str, limits:
         "PYTHONDONTWRITEBYTECODE": "1",
         "CUDA_VISIBLE_DEVICES": "" if limits.device == "cpu" else os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
     }
-    if limits.seed_key:
+    if seed_key and limits.seed_key:
         env[SEED_KEY_VARIABLE] = limits.seed_key
-    prlimit = ["prlimit", f"--data={limits.memory_mb * 2**20}", "--core=0", f"--fsize={256 * 2**20}", "--"]
-    if not limits.sandbox:
-        return prlimit + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + kernel_command
-    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-               "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--clearenv"]
+    return env
+
+
+def _prlimit(limits: Limits) -> list[str]:
+    return ["prlimit", f"--data={limits.memory_mb * 2**20}", "--core=0", f"--fsize={zygotes.FILE_BYTES}", "--"]
+
+
+def _bwrap_mounts(limits: Limits) -> list[str]:
+    """What every sandbox holds: the read-only system, Python and autograder, the GPU if used."""
+    command = ["--dev", "/dev", "--tmpfs", "/tmp", "--clearenv"]
     for path in visible_paths():
         command += ["--ro-bind", path, path]
-    command += ["--bind", sockets, sockets, "--bind", scratch, "/tmp/work", "--chdir", "/tmp/work"]
     if limits.device == "cuda":  # the GPU's device files and driver information
         for device in glob.glob("/dev/nvidia*"):
             command += ["--dev-bind", device, device]
         command += ["--ro-bind-try", "/sys", "/sys"]
+    return command
+
+
+def bwrap_command(kernel_command: list[str], sockets: str, scratch: str, limits: Limits) -> list[str]:
+    """``kernel_command`` wrapped in resource limits and, unless disabled, bubblewrap."""
+    env = kernel_environment(limits)
+    if not limits.sandbox:
+        return _prlimit(limits) + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + kernel_command
+    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+               "--proc", "/proc", *_bwrap_mounts(limits)]
+    command += ["--bind", sockets, sockets, "--bind", scratch, "/tmp/work", "--chdir", "/tmp/work"]
     for key, value in env.items():
         command += ["--setenv", key, value]
-    return prlimit + command + kernel_command
+    return _prlimit(limits) + command + kernel_command
+
+
+def zygote_command(socket_path: str, folder: str, limits: Limits) -> list[str]:
+    """The zygote of ``zygote.py``: the same limits and sandbox as a kernel, minus the student.
+
+    Differences from :func:`bwrap_command`, all needed for the zygote's forks to sandbox
+    themselves (each kernel then gets a fresh ``/tmp``, ``/dev`` and ``/proc``, its own
+    namespaces, and only its own sockets folder, see ``zygote.py``):
+
+    * a user namespace of its own (``--unshare-user``, as user 1000), in which a fork may
+      create the kernel's nested namespaces;
+    * the grader's ``/proc`` instead of a new one: Linux mounts a new ``/proc`` in a nested
+      namespace only where an uncovered one is visible, and bubblewrap's covers parts of
+      it. No kernel ever sees it: each mounts its own over it;
+    * the root read-only (bubblewrap leaves it writable, and it would be shared);
+    * ``folder``, which holds the zygote's socket and every kernel's sockets folder.
+
+    No seed key: the zygote serves every student, and knows none of them.
+    """
+    env = kernel_environment(limits, seed_key=False)
+    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"  # what ipykernel sets (before matplotlib loads)
+    program = [sys.executable, "-m", "autograder.grading.zygote", socket_path]
+    if not limits.sandbox:
+        return (_prlimit(limits) + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + program
+                + ["--no-namespaces", "--parent", str(os.getpid())])
+    command = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(zygotes.SANDBOX_UID),
+               "--gid", str(zygotes.SANDBOX_GID), "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+               "--bind", "/proc", "/proc", *_bwrap_mounts(limits), "--bind", folder, folder]
+    for key, value in env.items():
+        command += ["--setenv", key, value]
+    command += ["--remount-ro", "/", "--chdir", "/"]
+    return _prlimit(limits) + command + program
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -128,3 +189,77 @@ class SandboxedKernelManager(AsyncKernelManager):
         command = super().format_kernel_cmd(extra_arguments)
         command[0] = sys.executable  # the grader's own environment, whatever the kernelspec says
         return bwrap_command(command, os.path.dirname(self.connection_file), self.scratch, self.limits)
+
+
+class ZygoteProvisioner(LocalProvisioner):
+    """Starts the kernel by asking this process's zygote for a fork instead of ``Popen``.
+
+    The fork's handle (:class:`zygote.KernelHandle`) stands in for the process, so
+    jupyter_client's polling, signals, kill and wait, and with them nbclient's detection
+    of a dead kernel and the restarts of ``run.py``, work as for any kernel.
+    """
+
+    zygote: zygotes.Zygote | None = None
+    limits: Limits = Limits()
+    work: str | None = None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs):
+        self.process = self.zygote.launch(self.parent.connection_file, self.limits, work=self.work)
+        self.pid, self.pgid = self.process.pid, None  # signals go through the handle
+        self.cwd = "/tmp/work"
+        return self.connection_info
+
+
+class ZygoteKernelClient(AsyncKernelClient):
+    """jupyter_client's asynchronous client, ready 0.2 s sooner.
+
+    jupyter_client's ``wait_for_ready`` ends by waiting for 0.2 s of silence on IOPub,
+    to drop the kernel's first status messages; a forked kernel starts in a fraction of a
+    second, so that wait would be a large part of its start. It is left out: nbclient
+    ignores every IOPub message that does not answer the request it is waiting on.
+    """
+
+    async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
+        from queue import Empty
+
+        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
+        while True:  # as jupyter_client: a kernel_info reply, then IOPub shown to be connected
+            self.kernel_info()
+            try:
+                reply = await self.shell_channel.get_msg(timeout=1)
+            except Empty:
+                pass
+            else:
+                if reply["msg_type"] == "kernel_info_reply":
+                    try:
+                        await self.iopub_channel.get_msg(timeout=0.2)
+                    except Empty:
+                        pass
+                    else:
+                        self._handle_kernel_info_reply(reply)
+                        return
+            if not await self._async_is_alive():
+                raise RuntimeError("Kernel died before replying to kernel_info")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
+
+    wait_for_ready = _async_wait_for_ready
+
+
+class ZygoteKernelManager(AsyncKernelManager):
+    """A kernel manager whose kernels are forked, sandboxed, from ``zygote``."""
+
+    client_class = DottedObjectName("autograder.grading.sandbox.ZygoteKernelClient")
+    client_factory = Type(ZygoteKernelClient, klass="jupyter_client.asynchronous.AsyncKernelClient")
+    zygote: zygotes.Zygote | None = None
+    limits: Limits = Limits()
+    work: str | None = None
+
+    async def _async_pre_start_kernel(self, **kw):
+        if self.provisioner is None:
+            import uuid
+
+            self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
+            self.provisioner = ZygoteProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
+        self.provisioner.zygote, self.provisioner.limits, self.provisioner.work = self.zygote, self.limits, self.work
+        return await super()._async_pre_start_kernel(**kw)

@@ -1,0 +1,322 @@
+"""Kernels forked from a zygote (``autograder/grading/zygote.py``) keep every sandbox guarantee.
+
+Real kernels, forked from one real zygote: each test starts kernels the way the grading
+command does and asks them, from inside, what they can see and do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_core.utils import run_sync
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
+
+
+def _limits(**changes):
+    from autograder.grading.sandbox import Limits
+
+    return Limits(**{"memory_mb": 2048, "cell_seconds": 30, "notebook_seconds": 120, **changes})
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    from autograder.grading import zygote as zygotes
+
+    found = zygotes.for_limits(_limits())
+    if found is None:
+        pytest.skip("no zygote can start here (see the notice above)")
+    yield found
+    zygotes.stop_all()
+
+
+class Kernel:
+    """One kernel forked from ``zygote`` as ``run.py`` starts it, and a way to ask it things."""
+
+    def __init__(self, zygote, limits):
+        from jupyter_client.blocking import BlockingKernelClient
+
+        from autograder.grading.sandbox import ZygoteKernelManager
+
+        self.sockets = tempfile.mkdtemp(dir=zygote.folder, prefix="sockets-")
+        self.km = ZygoteKernelManager(transport="ipc", ip=os.path.join(self.sockets, "kernel"),
+                                      connection_file=os.path.join(self.sockets, "kernel.json"), kernel_name="python3")
+        self.km.zygote, self.km.limits = zygote, limits
+        run_sync(self.km.start_kernel)()
+        self.kc = BlockingKernelClient()
+        self.kc.load_connection_info(self.km.get_connection_info())
+        self.kc.start_channels()
+        self.kc.wait_for_ready(timeout=60)
+
+    def ask(self, code: str):
+        """Run ``code``, which sets ``result``; its value (through JSON), or the error's name and text."""
+        reply = self.kc.execute_interactive(code, user_expressions={"result": "__import__('json').dumps(result)"},
+                                            timeout=60, output_hook=lambda msg: None)
+        content = reply["content"]
+        if content["status"] != "ok":
+            return {"error": content["ename"], "message": content["evalue"]}
+        value = content["user_expressions"]["result"]
+        assert value["status"] == "ok", value
+        return json.loads(value["data"]["text/plain"].strip("'"))
+
+    def alive(self) -> bool:
+        return run_sync(self.km.is_alive)()
+
+    def shutdown(self):
+        run_sync(self.km.shutdown_kernel)(now=True)
+
+    def close(self):
+        self.kc.stop_channels()
+        if self.km.has_kernel:
+            self.shutdown()
+
+
+@pytest.fixture
+def kernels(zygote):
+    """``start(**limits)``: a new kernel; all of them are shut down after the test."""
+    started = []
+
+    def start(**changes):
+        started.append(Kernel(zygote, _limits(**changes)))
+        return started[-1]
+
+    yield start
+    for kernel in started:
+        kernel.close()
+
+
+@pytest.mark.slow
+def test_the_zygote_checked_its_first_kernel_before_using_it(zygote):
+    report = zygote.probe.report
+    assert report["pid"] == 2 and report["pids"] == [1, 2]
+    assert report["CapEff"] == report["CapBnd"] == "0000000000000000"
+    assert report["interfaces"] == ["lo"] and report["cwd"] == "/tmp/work"
+
+
+@pytest.mark.slow
+def test_a_kernel_has_its_own_tmp_dev_and_sockets_folder_and_sees_no_other(kernels):
+    first, second = kernels(), kernels()
+    written = first.ask("""
+for path in ['/tmp/left_by_a', '/tmp/work/left_by_a', '/dev/shm/left_by_a', '/dev/left_by_a']:
+    open(path, 'w').write('a secret')
+result = sorted(os.listdir('/tmp/work')) if (os := __import__('os')) else None
+""")
+    assert written == ["left_by_a"]
+    seen = second.ask("""
+import os
+result = {'found': [p for p in ['/tmp/left_by_a', '/tmp/work/left_by_a', '/dev/shm/left_by_a', '/dev/left_by_a']
+                    if os.path.exists(p)],
+          'work': os.listdir('/tmp/work'), 'cwd': os.getcwd()}
+""")
+    assert seen == {"found": [], "work": [], "cwd": "/tmp/work"}
+    folder = os.path.dirname(second.sockets)
+    siblings = second.ask(f"import os\nresult = sorted(os.listdir({folder!r}))")
+    assert siblings == [os.path.basename(second.sockets)]  # not the first kernel's, not the zygote's socket
+    assert second.ask(f"import os\nresult = os.path.exists({os.path.join(folder, 'zygote.sock')!r})") is False
+
+
+@pytest.mark.slow
+def test_a_kernel_has_no_network(kernels):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    try:
+        result = kernels().ask(f"""
+import socket
+try:
+    socket.create_connection(('127.0.0.1', {port}), timeout=2).close()
+    connected = True
+except OSError:
+    connected = False
+result = {{'connected': connected, 'interfaces': [name for _, name in socket.if_nameindex()]}}
+""")
+    finally:
+        server.close()
+    assert result == {"connected": False, "interfaces": ["lo"]}
+
+
+@pytest.mark.slow
+def test_a_kernel_sees_no_other_process_and_has_no_capabilities(kernels):
+    result = kernels().ask("""
+import os
+status = dict(line.split(':\\t', 1) for line in open('/proc/self/status').read().splitlines() if ':\\t' in line)
+result = {'pid': os.getpid(), 'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()),
+          'caps': [status[k].strip() for k in ('CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb')],
+          'no_new_privs': status['NoNewPrivs'].strip(), 'session_leader': os.getsid(0) == os.getpid()}
+""")
+    assert result["pid"] == 2 and result["pids"] == [1, 2]  # the sandbox's init and the kernel
+    assert result["caps"] == ["0000000000000000"] * 5
+    assert result["no_new_privs"] == "1" and result["session_leader"]
+
+
+@pytest.mark.slow
+def test_proc_sys_is_read_only_in_a_kernel(kernels):
+    result = kernels().ask("""
+failures = []
+for path in ['/proc/sys/kernel/hostname', '/proc/sysrq-trigger']:
+    try:
+        open(path, 'w').write('x')
+    except OSError as error:
+        failures.append(type(error).__name__)
+result = failures
+""")
+    assert len(result) == 2
+
+
+@pytest.mark.slow
+def test_the_course_directory_is_not_visible_and_the_autograder_is_read_only(kernels):
+    result = kernels().ask(f"""
+import os
+result = {{'solutions': os.path.exists({str(ROOT / 'solutions')!r}), 'tests': os.path.exists({str(ROOT / 'tests')!r}),
+           'autograder': os.path.isdir({str(ROOT / 'autograder')!r}), 'home': os.path.exists('/root/.config')}}
+try:
+    open({str(ROOT / 'autograder' / 'pwned.txt')!r}, 'w')
+    result['wrote'] = True
+except OSError:
+    result['wrote'] = False
+""")
+    assert result == {"solutions": False, "tests": False, "autograder": True, "home": False, "wrote": False}
+
+
+@pytest.mark.slow
+def test_memory_is_limited_and_the_kernel_survives_a_huge_allocation(kernels):
+    kernel = kernels()
+    failed = kernel.ask("import torch\nwaste = torch.ones(3 * 2**30 // 4)\nresult = 'allocated'")
+    assert failed.get("error") in ("RuntimeError", "MemoryError"), failed
+    assert kernel.ask("result = 1 + 1") == 2
+
+
+@pytest.mark.slow
+def test_each_kernel_gets_its_own_seed_key_environment_and_random_state(kernels):
+    os.environ["AUTOGRADER_LEAK_CHECK"] = "the grader's environment"
+    try:
+        question = """
+import os, random, autograder.runner, numpy
+result = {'env': os.environ.get('AUTOGRADER_SEED_KEY'), 'runner': autograder.runner.SEED_KEY,
+          'leak': os.environ.get('AUTOGRADER_LEAK_CHECK'), 'keys': sorted(os.environ),
+          'random': random.random(), 'numpy': float(numpy.random.random())}
+"""
+        first, second = kernels(seed_key="a" * 64).ask(question), kernels(seed_key="b" * 64).ask(question)
+    finally:
+        del os.environ["AUTOGRADER_LEAK_CHECK"]
+    assert (first["env"], first["runner"]) == ("a" * 64, "a" * 64)
+    assert (second["env"], second["runner"]) == ("b" * 64, "b" * 64)
+    assert first["leak"] is None and second["leak"] is None
+    from autograder.grading.sandbox import kernel_environment
+
+    assert set(kernel_environment(_limits(seed_key="x"))) <= set(first["keys"])
+    set_by_ipykernel = {"MPLBACKEND", "TERM", "CLICOLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "PAGER", "GIT_PAGER"}
+    assert not set(first["keys"]) - set(kernel_environment(_limits(seed_key="x"))) - set_by_ipykernel
+    assert first["random"] != second["random"] and first["numpy"] != second["numpy"]
+
+
+@pytest.mark.slow
+def test_the_zygote_never_imports_what_depends_on_a_submission(zygote, kernels):
+    state = zygote.modules()
+    assert "torch" in state["modules"] and "ipykernel.kernelapp" in state["modules"]
+    forbidden = ("autograder.runner", "autograder.reference", "autograder.ch")
+    assert not [m for m in state["modules"] if m.startswith(forbidden)]
+    assert state["threads"] == 1
+    kernel = kernels(seed_key="c" * 64)  # a kernel imports them, in its own process
+    assert kernel.ask("import autograder.runner\nresult = autograder.runner.SEED_KEY") == "c" * 64
+    assert "autograder.runner" not in zygote.modules()["modules"]
+
+
+@pytest.mark.slow
+def test_a_killed_kernel_is_seen_dead_and_its_sandbox_is_gone(kernels):
+    kernel = kernels()
+    kernel.kc.execute("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    deadline = time.monotonic() + 20
+    while kernel.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not kernel.alive()
+    other = kernels()  # killed from the grader's side this time
+    handle = other.km.provisioner.process
+    other.shutdown()
+    assert handle.poll() is not None
+
+
+@pytest.mark.slow
+def test_a_grading_session_restarts_a_killed_kernel_from_the_zygote(zygote):
+    from autograder.grading.notebooks import Assembled, Part
+    from autograder.grading.run import execute
+
+    notebook = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("x = 41"),
+        nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"),
+        nbformat.v4.new_code_cell("assert x + 1 == 42"),
+    ])
+    assembled = Assembled(notebook, [Part("test_kill", 1), Part("test_after", 1)], ["course", "test", "test"])
+    results = execute(assembled, _limits())
+    assert [r.status for r in results] == ["ok", "died", "ok"]
+    assert results[2].audit == "clean"
+
+
+@pytest.mark.slow
+def test_without_the_sandbox_kernels_are_forked_too(tmp_path):
+    from autograder.grading import zygote as zygotes
+
+    limits = _limits(sandbox=False)
+    zygote = zygotes.Zygote(limits)
+    try:
+        kernel = Kernel(zygote, limits)
+        try:
+            assert kernel.ask("import os\nresult = os.environ['HOME']") == "/tmp"
+        finally:
+            kernel.close()
+    finally:
+        zygote.close()
+
+
+def test_no_zygote_when_it_is_switched_off(monkeypatch):
+    from autograder.grading import zygote as zygotes
+
+    assert zygotes.for_limits(_limits(zygote=False)) is None
+    monkeypatch.setenv("AUTOGRADER_ZYGOTE", "0")
+    assert zygotes.for_limits(_limits()) is None
+
+
+def test_a_zygote_that_cannot_start_falls_back_with_a_notice(monkeypatch, capsys):
+    from autograder.grading import sandbox
+    from autograder.grading import zygote as zygotes
+
+    monkeypatch.setattr(sandbox, "zygote_command", lambda *args: [sys.executable, "-c", "raise SystemExit('no')"])
+    monkeypatch.setattr(zygotes, "_zygotes", {})
+    monkeypatch.setattr(zygotes, "_failed", {})
+    limits = _limits(memory_mb=1234)
+    assert zygotes.for_limits(limits) is None
+    assert "no kernel zygote" in capsys.readouterr().err
+    assert zygotes.for_limits(limits) is None  # said once, not tried again
+    assert capsys.readouterr().err == ""
+
+
+def _folder_and_answer(limits):
+    """In a forked grading process: the zygote it uses, and a kernel's answer."""
+    from autograder.grading import zygote as zygotes
+    from autograder.grading.run import execute
+    from autograder.grading.notebooks import Assembled, Part
+
+    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os\nassert os.getpid() == 2")])
+    results = execute(Assembled(notebook, [Part("test_pid", 1)], ["test"]), limits)
+    return zygotes.for_limits(limits).folder, [r.status for r in results]
+
+
+@pytest.mark.slow
+def test_processes_forked_after_prestart_share_its_zygote(zygote):
+    import multiprocessing
+
+    from autograder.grading import zygote as zygotes
+
+    zygotes.prestart(_limits())  # the module's zygote: already started, so nothing new
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        answers = pool.map(_folder_and_answer, [_limits(seed_key="d" * 64), _limits(seed_key="e" * 64)])
+    assert answers == [(zygote.folder, ["ok"])] * 2
+    assert zygote.alive()  # the pool's processes ended; the zygote is this process's
