@@ -103,7 +103,11 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     students = course.students(assignment)
     if not students:
         raise FileNotFoundError(f"no submissions of {assignment} under {course.root / course.coursedir.submitted_directory}")
-    fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret) for s in students}
+    # what a grade depends on besides the submission: the grading code and the limits it ran under
+    grading = json.dumps({"code": code_fingerprint(), "cell_seconds": limits.cell_seconds,
+                          "notebook_seconds": limits.notebook_seconds, "memory_mb": limits.memory_mb,
+                          "device": limits.device, "sandbox": limits.sandbox}, sort_keys=True)
+    fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret, grading) for s in students}
     todo = [s for s in students if force or _state(course, assignment, s).get("fingerprint") != fingerprints[s]]
     where = f"Dask scheduler {address}" if address else f"{settings.workers} workers"
     print(f"{assignment}: {len(students)} submissions, {len(todo)} to grade ({len(students) - len(todo)} unchanged), "
@@ -180,9 +184,12 @@ def _on_this_machine(limits: Limits) -> Limits:
     """``limits`` with the device decided here; the sandbox checked here (a worker may lack it)."""
     if limits.sandbox:
         _check_bubblewrap_once()
+    import torch
+
+    if limits.device == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device cuda was asked for, and this worker has no CUDA device")
     if limits.device != "auto":
         return limits
-    import torch
 
     return dataclasses.replace(limits, device="cuda" if torch.cuda.is_available() else "cpu")
 
@@ -249,6 +256,10 @@ def _dask_results(tasks: dict[str, tuple], address: str) -> Iterator[tuple[str, 
     except (OSError, TimeoutError) as error:
         raise ConnectionError(f"cannot reach the Dask scheduler at {address}: {error}") from None
     with client:
+        try:
+            client.wait_for_workers(1, timeout=120)
+        except TimeoutError:
+            raise ConnectionError(f"the Dask scheduler at {address} has no worker (waited 120 s)") from None
         workers = client.scheduler_info()["workers"]
         log.info("Dask scheduler %s: %d workers (%s)", address, len(workers),
                  ", ".join(str(w.get("name", a)) for a, w in workers.items()))
@@ -326,9 +337,11 @@ def _save(course: Course, assignment: str, student: str, source_path: Path, outc
     os.replace(path.with_suffix(".partial"), path)
 
 
-def _fingerprint(course: Course, assignment: str, student: str, source_path: Path, secret: bytes) -> str:
-    """A hash of everything a grade depends on: the submission, the source, the grader, the secret."""
-    digest = hashlib.sha256(f"{__version__}\n{fingerprint(secret)}\n".encode())
+def _fingerprint(course: Course, assignment: str, student: str, source_path: Path, secret: bytes,
+                 grading: str) -> str:
+    """A hash of everything a grade depends on: the submission, the source, the secret, and
+    ``grading`` (the grading code and the limits), so that a changed timeout regrades."""
+    digest = hashlib.sha256(f"{__version__}\n{fingerprint(secret)}\n{grading}\n".encode())
     digest.update(source_path.read_bytes())
     folder = course.folder("submitted", assignment, student)
     for path in sorted(folder.rglob("*")):

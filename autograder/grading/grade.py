@@ -52,7 +52,11 @@ def grade_submission(source: NotebookNode, path: Path, limits: Limits):
         submission = read_submission(path)
     except UnreadableNotebook as error:
         return [PartResult(p.grade_id, 0.0, p.points, "error", str(error)) for p in parts], None, nothing_answered
-    assembled = assemble(source, submission)
+    try:
+        assembled = assemble(source, submission)
+    except Exception as error:  # metadata no notebook tool writes: the submission's fault, not the grader's
+        message = f"the notebook could not be read as an assignment: {type(error).__name__}: {error}"
+        return [PartResult(p.grade_id, 0.0, p.points, "error", message) for p in parts], None, nothing_answered
     cell_results = execute(assembled, limits)
     results = [_judge(assembled, cell_results, index) for index, role in enumerate(assembled.roles) if role == "test"]
     return results, _autograded(assembled, cell_results, results), assembled.unanswered

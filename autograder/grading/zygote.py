@@ -341,7 +341,12 @@ def _enter_namespaces(request: dict) -> None:
     for name in os.listdir("/dev"):
         if name.startswith("nvidia"):  # the GPU's device files (only there for --device cuda)
             nodes[name] = _detach(f"/dev/{name}")
+    kept = {path: _detach(path) for path in _read_only_under_tmp()}
     _mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"mode=0755,{size}")
+    for path, descriptor in kept.items():  # a course checked out under /tmp keeps its Python and package
+        os.makedirs(path, exist_ok=True)
+        _attach(descriptor, path)
+        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
     os.mkdir("/tmp/work")
     if not (parent + "/").startswith("/tmp/"):  # the fresh /tmp did not cover the other kernels' folders
         _mount("tmpfs", parent, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
@@ -358,6 +363,21 @@ def _enter_namespaces(request: dict) -> None:
     os.chmod("/dev/shm", 0o1777)
     os.mkdir("/dev/pts", 0o755)
     _mount("devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+
+
+def _read_only_under_tmp() -> list[str]:
+    """The read-only paths of the zygote's sandbox (``sandbox.visible_paths``) that lie under ``/tmp``.
+
+    A fresh ``/tmp`` would hide them from the kernel, e.g. the virtual environment and the
+    ``autograder`` package of a course cloned to ``/tmp/ci``; they are bound back, read-only.
+    """
+    import autograder
+
+    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             os.path.dirname(os.path.realpath(autograder.__file__))}
+    under = sorted(p for p in paths if (p.rstrip("/") + "/").startswith("/tmp/") and os.path.isdir(p))
+    # a path inside another one travels with it
+    return [p for p in under if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in under)]
 
 
 def _loopback_up() -> None:
@@ -486,6 +506,9 @@ def _reseed() -> None:
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.seed()  # a fresh process would draw its own; forks must not share the zygote's
 
 
 def _report(request: dict) -> dict:
@@ -681,8 +704,11 @@ class Zygote:
             problems.append(f"capabilities left: {report.get('CapEff')}/{report.get('CapBnd')}")
         if report.get("pids") != [1, 2] or report.get("pid") != 2:
             problems.append(f"processes visible: {report.get('pids')}")
-        expected = {"work", ".matplotlib", self.folder.removeprefix("/tmp/")} if self.folder.startswith("/tmp/") \
-            else {"work", ".matplotlib"}
+        from .sandbox import visible_paths
+
+        # besides the kernel's own: where its sockets live, and read-only paths of the course under /tmp
+        expected = {"work", ".matplotlib"} | {path.split("/")[2] for path in [self.folder, *visible_paths()]
+                                              if path.startswith("/tmp/")}
         if not set(report.get("tmp", ["?"])) <= expected or report.get("cwd") != "/tmp/work":
             problems.append(f"/tmp is not fresh: {report.get('tmp')}")
         if report.get("sockets") != [report.get("own")]:
