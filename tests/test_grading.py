@@ -157,7 +157,7 @@ def test_a_flood_of_output_is_cut_off(graded):
 
 def test_unchanged_submissions_are_not_graded_again(graded):
     course, entries, _, _, _ = graded
-    result = grade(course, "--workers", "2")
+    result = grade(course, "--workers", "2", "--timeout", "15")  # the settings the grades were made with
     assert f"{len(entries)} submissions, 0 to grade" in result.stdout
     assert "graded 0 submissions" in result.stdout
 
