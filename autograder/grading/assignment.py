@@ -187,10 +187,9 @@ def _on_this_machine(limits: Limits) -> Limits:
     import torch
 
     if limits.device == "cuda" and not torch.cuda.is_available():
-        raise RuntimeError("device cuda was asked for, and this worker has no CUDA device")
+        raise ValueError("device cuda: no CUDA device is available here")
     if limits.device != "auto":
         return limits
-
     return dataclasses.replace(limits, device="cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -288,19 +287,10 @@ def _outcome(job) -> dict | str:
 
 def _limits(settings: GradeSettings, local: bool) -> Limits:
     """The sandbox limits; on this machine, the device and bubblewrap are checked now, not per task."""
-    device = settings.device
-    if local:
-        import torch
-
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        elif device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("device cuda: no CUDA device is available here")
-        if settings.sandbox:
-            check_bubblewrap()
     threads = max(1, (os.cpu_count() or 1) // settings.workers) if local else 1
-    return Limits(cell_seconds=settings.timeout, notebook_seconds=settings.notebook_timeout or 5 * settings.timeout,
-                  memory_mb=settings.memory_mb, threads=threads, device=device, sandbox=settings.sandbox)
+    limits = Limits(cell_seconds=settings.timeout, notebook_seconds=settings.notebook_timeout or 5 * settings.timeout,
+                    memory_mb=settings.memory_mb, threads=threads, device=settings.device, sandbox=settings.sandbox)
+    return _on_this_machine(limits) if local else limits
 
 
 def _secret(path: Path) -> bytes:
