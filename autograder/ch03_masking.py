@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .core import Case
+from .core import Case, attention_rounding
 from .runner import Part, expect_value_errors, run
 
 CHAPTER = "ch03_masking"
@@ -102,15 +102,16 @@ def _expect_pytorchs_output_and_empty_rows(case: Case, args, kwargs, result) -> 
     masked keys get exactly 0, and a query with no allowed key gets zeros, never NaN."""
     output, weights = result
     mask = kwargs.get("mask")
-    with torch.no_grad():
-        expected = F.scaled_dot_product_attention(*args, attn_mask=mask)
+    with torch.no_grad():  # in float64: the expected output without float32's rounding
+        expected = F.scaled_dot_product_attention(*(a.double() for a in args), attn_mask=mask).to(output.dtype)
+    atol = 1e-5 + attention_rounding(*args)
     if mask is None:
-        case.expect_close("output (compared with F.scaled_dot_product_attention)", output, expected)
+        case.expect_close("output (compared with F.scaled_dot_product_attention)", output, expected, atol=atol)
         return
     allowed = mask.expand_as(weights)
     has_key = allowed.any(dim=-1, keepdim=True)  # PyTorch leaves rows without a key undefined
     case.expect_close("output (compared with F.scaled_dot_product_attention)", output * has_key,
-                      expected.nan_to_num(0) * has_key)
+                      expected.nan_to_num(0) * has_key, atol=atol)
     case.check(bool((weights[~allowed] == 0).all()), "masked keys must get weight exactly 0 (mask with -inf, not 0)")
     empty = ~has_key[..., 0]  # (..., q)
     case.check(not torch.isnan(output).any(), "the output contains NaN: a query with no allowed key must give zeros")
@@ -119,7 +120,8 @@ def _expect_pytorchs_output_and_empty_rows(case: Case, args, kwargs, result) -> 
 
 
 MASKED_ATTENTION = Part("masked_attention", CHAPTER, arguments=("queries", "keys", "values"),
-                        outputs=("output", "weights"), extra=_expect_pytorchs_output_and_empty_rows, forbid_library=True)
+                        outputs=("output", "weights"), extra=_expect_pytorchs_output_and_empty_rows, forbid_library=True,
+                        rounding=lambda queries, keys, values, mask=None: attention_rounding(queries, keys, values))
 
 
 def check_masked_attention(fn, hidden: bool = False) -> None:

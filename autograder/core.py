@@ -225,6 +225,44 @@ def passed(part: str, cases: int, hidden: bool) -> None:
 # --------------------------------------------------------------------------------------
 
 
+#: The unit roundoff of float32: the largest relative error of one rounding, 2⁻²⁴.
+FLOAT32_ROUNDOFF = 2.0 ** -24
+
+
+def attention_rounding(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, rescales: int = 0) -> float:
+    """How far apart two correct float32 computations of scaled dot-product attention may be.
+
+    A check must not take points for rounding. A score ``s = q·k / √d`` summed in float32
+    is off by at most about ``(d + 1)·u·Σ|q_l k_l| / √d`` (``u`` = 2⁻²⁴), and subtracting
+    the row maximum and exponentiating adds ``2u·|s|``; a softmax whose logits are each off
+    by ``η`` has each weight off by a factor of at most ``e^{2η}``, so an output
+    ``Σ_j w_j v_j`` is off by at most ``(2η + k·u)·max|v|`` (and a weight by at most
+    ``2η``, covered by taking ``max|v|`` at least 1). Two correct implementations may each
+    be off by that much, in opposite directions. The bound is tiny for scores of order 1
+    (about 1e-5) and grows with the scores, where float32 exponents lose digits (scores in
+    the thousands: about 1e-2). An online softmax (chapter 6's chunked attention) also
+    rescales its running sums by ``exp(m_old - m_new)`` once per chunk, each time off by up
+    to ``(2|s| + 1)·u`` more.
+
+    Args:
+        queries: ``(..., q, d)``; keys: ``(..., k, d)``; values: ``(..., k, v)``.
+        rescales: how many times the running sums may be rescaled (the number of chunks).
+
+    Returns:
+        an absolute tolerance on the output ``(..., q, v)`` and the weights ``(..., q, k)``,
+        0 for empty inputs.
+    """
+    if queries.numel() == 0 or keys.numel() == 0 or values.numel() == 0:
+        return 0.0
+    d, k = queries.shape[-1], keys.shape[-2]
+    with torch.no_grad():
+        q, kk, v = (t.detach().double().cpu() for t in (queries, keys, values))
+        magnitudes = q.abs() @ kk.abs().transpose(-2, -1) / d ** 0.5  # (..., q, k): Σ_l |q_l k_l| / √d
+        largest, values_largest = magnitudes.max().item(), max(1.0, v.abs().max().item())
+    logit_error = (d + 3 + 2 * rescales) * FLOAT32_ROUNDOFF * largest + (2 + rescales) * FLOAT32_ROUNDOFF
+    return 2 * (2 * logit_error + k * FLOAT32_ROUNDOFF) * values_largest
+
+
 def expect_same_results(case: Case, result, expected, names, **tolerances) -> None:
     """Compare a tensor, or a tuple of tensors, with the reference's."""
     if len(names) == 1:

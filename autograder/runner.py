@@ -111,6 +111,9 @@ class Part:
         compare_with_reference: ``False`` for parts judged by their properties alone
             (statistics, a trained model): no expected result is computed or stored, and
             ``compare`` gets ``None`` for it.
+        rounding: ``rounding(*args, **kwargs)``: an absolute tolerance added to ``atol`` for
+            one call, as far as float32 rounding alone may move a correct result on those
+            inputs (e.g. :func:`~autograder.core.attention_rounding`); ``None``: nothing added.
     """
 
     name: str
@@ -128,12 +131,14 @@ class Part:
     forbid_library: bool = False
     depends_on: dict[str, "Part"] = field(default_factory=dict)
     compare_with_reference: bool = True
+    rounding: Callable[..., float] | None = None
 
-    def compare_results(self, case: Case, result: Any, expected: Any) -> None:
+    def compare_results(self, case: Case, result: Any, expected: Any, slack: float = 0.0) -> None:
+        """Compare one call's result with the expected one; ``slack`` is added to ``atol``."""
         if self.compare is not None:
             self.compare(case, result, expected)
         else:
-            expect_same_results(case, result, expected, self.outputs, atol=self.atol, rtol=self.rtol)
+            expect_same_results(case, result, expected, self.outputs, atol=self.atol + slack, rtol=self.rtol)
 
 
 # --------------------------------------------------------------------------------------
@@ -176,7 +181,8 @@ def _run_call(part: Part, function: Callable, expected_by: Callable | None, call
         else:
             expected = to_device(call.expected, device)
         if expected is not None or part.compare is not None:
-            part.compare_results(case, result, expected)
+            slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
+            part.compare_results(case, result, expected, slack)
         if part.extra is not None:
             part.extra(case, args, kwargs, result)
     if part.meta:

@@ -16,10 +16,13 @@ import torch
 import catalogue_ch01
 import catalogue_ch02
 import catalogue_ch03
+import catalogue_ch06
+import fair_grading
 from autograder import ch01_nadaraya_watson as ch01
 from autograder import ch02_attention_scoring as ch02
 from autograder import ch03_masking as ch03
-from autograder import runner
+from autograder import ch06_transformer as ch06
+from autograder import core, runner
 from autograder.reference import generate
 
 CHAPTERS = generate.chapters()
@@ -115,6 +118,59 @@ def test_hidden_cases_always_hold_the_deciding_edge_cases(monkeypatch, key):
     lengths = hidden_calls_for(monkeypatch, key, "ch03_masking", "masked_softmax")
     assert any(c.args[1] is not None and (c.args[1] == 0).any() for c in lengths), "no length-0 sequence"
     assert any(c.args[0].abs().max() >= 100 for c in lengths), "no extreme scores"
+
+
+# ---- rounding alone costs no points ----
+
+
+def _scaled_first(queries, keys, values, mask=None):
+    """Correct masked attention that scales the queries before the product (other float32 rounding)."""
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError("mask must be a bool tensor")
+    scores = (queries / math.sqrt(queries.shape[-1])) @ keys.transpose(-2, -1)  # (..., q, k)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = scores.softmax(dim=-1).nan_to_num(0.0)  # rows without a key: NaN -> 0
+    return weights @ values, weights
+
+
+#: Seeds of hidden cases whose scores run into the thousands and on which correct float32
+#: answers once lost their points to rounding (an output 1.4e-5 to 8.6e-5 away from the
+#: expected one, against a fixed tolerance of 1e-5; one of them failed a correct submission
+#: of assignment 03 in CI), found by ``benchmarks/fair_grading.py``.
+ROUNDING_SEEDS = [1911690271, 1007352716, 831362128, 2089781745, 750985531]
+CHUNKED_ROUNDING_SEEDS = [1014506785, 1591614354]
+ROUNDING_CASES = (
+    [(ch03.check_masked_attention, answer, seed) for answer in (catalogue_ch03.attention_with_mask, _scaled_first)
+     for seed in ROUNDING_SEEDS]
+    + [(ch06.check_chunked_attention, catalogue_ch06.chunked, seed) for seed in CHUNKED_ROUNDING_SEEDS])
+
+
+@pytest.mark.parametrize("check, answer, seed", ROUNDING_CASES,
+                         ids=[f"{a.__name__}-{seed}" for _, a, seed in ROUNDING_CASES])
+def test_correct_attention_passes_however_it_rounds(monkeypatch, check, answer, seed):
+    monkeypatch.setattr(runner, "hidden_seed", lambda chapter, part: seed)
+    check(answer, hidden=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chapter", ["01", "02", "03", "04", "05", "06"])
+def test_correct_answers_pass_the_hidden_cases_of_many_students(chapter):
+    """The fast form of ``benchmarks/fair_grading.py``: a dozen students here, thousands there."""
+    keys = [f"student-{i}" for i in range(12)]
+    failed = {answer.__name__: fair_grading.failures_over_students(check, answer, keys)
+              for check, answer in fair_grading.correct_answers(chapter, training=False)}
+    assert not any(failed.values()), {name: found for name, found in failed.items() if found}
+
+
+def test_the_rounding_allowance_is_small_for_ordinary_scores_and_catches_a_missing_scale(monkeypatch):
+    generator = torch.Generator().manual_seed(0)
+    queries, keys, values = (torch.randn(2, 4, 8, generator=generator) for _ in range(3))
+    assert core.attention_rounding(queries, keys, values) < 1e-4
+    assert core.attention_rounding(queries * 40, keys * 40, values) > 1e-3  # scores in the thousands
+    monkeypatch.setattr(runner, "hidden_seed", lambda chapter, part: ROUNDING_SEEDS[0])
+    with pytest.raises(AssertionError, match="wrong values"):
+        ch03.check_masked_attention(catalogue_ch03._unscaled_masked, hidden=True)
 
 
 # ---- a sloppy answer fails for every student, visibly ----

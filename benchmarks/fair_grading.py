@@ -1,0 +1,78 @@
+"""How often do the hidden checks fail a correct answer? Grade correct answers as many students.
+
+Every hidden case is drawn from a seed derived from a student's key, so a check that is
+right for the cases one run happens to draw may still fail a correct answer for one student
+in a thousand (a tolerance too tight for float32 rounding, an edge case drawn too rarely).
+This script grades the correct answers of the checks' tests (``tests/catalogue_chNN.py``:
+answers written differently from the reference) on the hidden cases of ``--students`` keys
+and prints, for each answer, how many students it would have lost points for. Every count
+should be 0; the test suite runs the same grading for a few dozen keys on every run.
+
+    python benchmarks/fair_grading.py --students 2000 --chapters 03 04
+
+Checks that train a model (seconds each) are left out unless ``--training`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+import torch  # noqa: E402
+
+from autograder import runner  # noqa: E402
+
+
+def correct_answers(chapter: str, training: bool) -> list[tuple]:
+    """``(check, answer)`` of chapter ``chapter``'s catalogue (``"03"``), training checks optional."""
+    catalogue = importlib.import_module(f"catalogue_ch{chapter}")
+    slow = set(getattr(catalogue, "TRAINING_CHECKS", ()))
+    return [(check, answer) for check, answer, _ in catalogue.CORRECT if training or check not in slow]
+
+
+def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, str]]:
+    """``[(key, first line of the message)]`` for every key on whose hidden cases ``answer`` fails."""
+    failed = []
+    for key in keys:
+        runner.SEED_KEY = key
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                check(answer, hidden=True)
+        except AssertionError as problem:
+            failed.append((key, str(problem).splitlines()[0]))
+    return failed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--students", type=int, default=500, help="keys to grade each answer for (default 500)")
+    parser.add_argument("--chapters", nargs="+", default=["01", "02", "03", "04", "05", "06"])
+    parser.add_argument("--training", action="store_true", help="include the checks that train a model")
+    options = parser.parse_args()
+    if options.students < 1:
+        parser.error("--students must be at least 1")
+    torch.set_num_threads(1)
+    keys = [f"fairness-{i}" for i in range(options.students)]
+    total = 0
+    for chapter in options.chapters:
+        started = time.monotonic()
+        for check, answer in correct_answers(chapter, options.training):
+            failed = failures_over_students(check, answer, keys)
+            total += len(failed)
+            print(f"ch{chapter} {check.__name__}({answer.__name__}): failed {len(failed)} of {len(keys)} students")
+            for key, message in failed[:3]:
+                print(f"    {key}: {message}")
+        print(f"ch{chapter}: {time.monotonic() - started:.0f} s", flush=True)
+    print(f"correct answers failed {total} times in all")
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
