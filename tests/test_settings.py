@@ -68,6 +68,21 @@ def test_a_bad_setting_is_refused_wherever_it_comes_from(tmp_path, capsys):
     assert error.startswith("error: bad grading setting") and "memory_mb" in error
 
 
+@pytest.mark.parametrize("name", ["timeout", "notebook_timeout"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_time_limit_must_be_a_finite_number_of_seconds(tmp_path, name, value):
+    with pytest.raises(ValueError, match=f"{name}.*finite number of seconds"):
+        resolve(course_config(tmp_path), **{name: value})
+
+
+def test_a_relative_secret_file_in_the_course_config_is_in_the_course_directory(tmp_path, monkeypatch):
+    course = course_with_config(tmp_path, 'c.GradeSettings.secret_file = "private/course.secret"')
+    monkeypatch.chdir(tmp_path)  # anywhere but the course directory
+    assert resolve(course_config(course))[0].secret_path == course.resolve() / "private" / "course.secret"
+    given = resolve(course_config(course), secret_file="mine.secret")[0].secret_path
+    assert given == Path("mine.secret"), "a path on the command line stays relative to the working directory"
+
+
 def test_the_dask_scheduler_address_comes_from_the_setting_or_daskss_variable(tmp_path, monkeypatch):
     monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", "tcp://from-env:8786")
     assert resolve(course_config(tmp_path))[0].scheduler_address == "tcp://from-env:8786"

@@ -17,10 +17,11 @@ declaration serves three ways of giving it, the later overriding the earlier:
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 
-from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode
+from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, validate
 from traitlets.config import Configurable
 from traitlets.config.loader import Config, PyFileConfigLoader
 
@@ -50,6 +51,14 @@ class GradeSettings(Configurable):
                                f"every repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})").tag(config=True)
     sandbox = Bool(True, help="run student code in bubblewrap (turning it off is unsafe)").tag(config=True)
 
+    @validate("timeout", "notebook_timeout")
+    def _finite(self, proposal):
+        """A time limit is a number of seconds: ``nan`` and ``inf`` are refused (``min`` lets ``nan`` by)."""
+        value = proposal["value"]
+        if value is not None and not math.isfinite(value):
+            raise TraitError(f"expected a finite number of seconds, not {value}")
+        return value
+
     @property
     def scheduler_address(self) -> str | None:
         """The Dask scheduler to use: the setting, else ``$DASK_SCHEDULER_ADDRESS``, else none."""
@@ -66,10 +75,19 @@ def setting_names() -> list[str]:
 
 
 def course_config(course_dir: Path) -> Config:
-    """The configuration in ``course_dir/nbgrader_config.py`` (empty if there is none)."""
+    """The configuration in ``course_dir/nbgrader_config.py`` (empty if there is none).
+
+    A relative ``secret_file`` there is relative to the course directory, the folder of the
+    file it is written in, wherever the command is run from (on the command line it is
+    relative to the working directory, as any path argument).
+    """
     if not (course_dir / "nbgrader_config.py").exists():
         return Config()
-    return PyFileConfigLoader("nbgrader_config.py", path=str(course_dir)).load_config()
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(course_dir)).load_config()
+    secret = config.get("GradeSettings", {}).get("secret_file")
+    if isinstance(secret, str) and not Path(secret).expanduser().is_absolute():
+        config.GradeSettings.secret_file = str(Path(course_dir).resolve() / secret)
+    return config
 
 
 def resolve(config: Config, **given) -> tuple[GradeSettings, dict[str, str]]:
