@@ -302,3 +302,11 @@ def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_pat
         assert call.description in shown
     assert "tensor(" in shown
     assert cli.main(["cases", "03_masking", "ada", "--part", "nothing", "--secret-file", str(secret_file)]) == 2
+    capsys.readouterr()
+    # without --secret-file: the secret the course's nbgrader_config.py names, as for grade
+    course = tmp_path / "course"
+    course.mkdir()
+    (course / "nbgrader_config.py").write_text('c = get_config()\nc.GradeSettings.secret_file = "../secret"\n')
+    monkeypatch.setenv("AUTOGRADER_SECRET_FILE", str(tmp_path / "not-this-one"))
+    assert cli.main(["cases", "03_masking", "ada", "--part", "masked_softmax", "--course-dir", str(course)]) == 0
+    assert capsys.readouterr().out == shown

@@ -21,8 +21,8 @@ from traitlets import Bool, Float, Integer
 from .assignment import grade, summary
 from .publish import PublishError, publish
 from .sandbox import SandboxUnavailable
-from .secret import default_path, load_or_create, student_key
-from .settings import GradeSettings, setting_names
+from .secret import load_or_create, student_key
+from .settings import GradeSettings, course_config, resolve, setting_names
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cases.add_argument("assignment", help="assignment id, e.g. 03_masking")
     cases.add_argument("student", help="the student's id, as in submitted/<student>/")
     cases.add_argument("--part", default=None, help="one graded part, e.g. masked_softmax: also print its tensors")
+    cases.add_argument("--course-dir", type=Path, default=Path("."),
+                       help="nbgrader course directory, whose nbgrader_config.py may name the secret (default: .)")
     cases.add_argument("--secret-file", type=Path, default=None, help="the course secret (as for grade)")
     return parser.parse_args(argv)
 
@@ -98,7 +100,8 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
 
     from .. import runner
 
-    path = args.secret_file or default_path()
+    # the secret the grading command uses: --secret-file, else the course config, else the default
+    path = resolve(course_config(args.course_dir), secret_file=args.secret_file and str(args.secret_file))[0].secret_path
     if not path.exists():
         raise FileNotFoundError(f"no grading secret at {path}: the hidden cases depend on it (--secret-file)")
     secret, _ = load_or_create(path)
