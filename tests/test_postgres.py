@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -212,6 +213,31 @@ def test_a_database_that_cannot_be_reached_is_a_clear_one_line_error(postgres, t
     with pytest.raises(GradebookUnavailable):
         record(course, A, A, "ada", *full_marks(A), None)
     assert isinstance(raised.value, ConnectionError)  # the command's own "error: ..." exit 2
+
+
+def test_a_server_that_never_answers_is_a_clear_error_within_the_connect_timeout(tmp_path, monkeypatch):
+    from autograder.grading import gradebook
+    from autograder.grading.gradebook import Course, GradebookUnavailable, ensure_assignment
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts connections, never says a word
+    url = f"postgresql+psycopg://grader@127.0.0.1:{silent.getsockname()[1]}/grades"
+    monkeypatch.setitem(gradebook.POSTGRES_LIMITS, "connect_timeout", "2")
+    course = Course.open(small_course(tmp_path, url, A))
+    started = time.monotonic()
+    try:
+        with pytest.raises(GradebookUnavailable, match="127.0.0.1"):
+            ensure_assignment(course, A, notebook(course.root / "solutions", A))
+    finally:
+        silent.close()
+    assert time.monotonic() - started < 30, "connect_timeout did not apply"
+
+
+def test_limits_given_in_the_url_are_kept_and_other_databases_are_left_alone():
+    from autograder.grading.gradebook import with_limits
+
+    url = with_limits("postgresql+psycopg://grader:pw@db.example.org/grades?connect_timeout=3")
+    assert "connect_timeout=3" in url and "keepalives=1" in url and "grader:pw@" in url
+    assert with_limits("sqlite:///gradebook.db") == "sqlite:///gradebook.db"
 
 
 def test_a_missing_driver_is_a_clear_error(tmp_path):

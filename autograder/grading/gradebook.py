@@ -43,6 +43,25 @@ ATTEMPTS = 5  # tries of one transaction that conflicts with another run's (see 
 RETRY_SQLSTATES = {"40001", "40P01", "42P07", "42710"}
 
 
+#: libpq's limits for a PostgreSQL gradebook, unless its URL sets them: seconds to connect
+#: (a server that accepts and never answers would otherwise hold the run forever), and TCP
+#: keepalives that notice a server gone in the middle of a transaction within about 90 s.
+POSTGRES_LIMITS = {"connect_timeout": "10", "keepalives": "1", "keepalives_idle": "60", "keepalives_interval": "10",
+                   "keepalives_count": "3"}
+
+
+def with_limits(db_url: str) -> str:
+    """``db_url`` with :data:`POSTGRES_LIMITS` for what it leaves unset (other databases unchanged)."""
+    try:
+        url = make_url(db_url)
+    except Exception:  # nbgrader reports a malformed URL itself
+        return db_url
+    if url.get_backend_name() != "postgresql":
+        return db_url
+    missing = {name: value for name, value in POSTGRES_LIMITS.items() if name not in url.query}
+    return url.update_query_dict(missing).render_as_string(hide_password=False)
+
+
 class GradebookUnavailable(ConnectionError):
     """The gradebook's database cannot be reached, went away in the middle of a run, or has no driver here.
 
@@ -149,7 +168,7 @@ def _transaction(db_url: str, work: Callable[[Gradebook], T]) -> T:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", category=SAWarning)  # nbgrader's own autoflush notices
                 with _quiet_nbgrader():
-                    gradebook = Gradebook(db_url)
+                    gradebook = Gradebook(with_limits(db_url))
                 result = work(gradebook)
                 gradebook.db.commit()
                 return result
@@ -208,7 +227,7 @@ def ensure_assignment(course: Course, assignment: str, source_path: Path) -> Non
 
     if not _transaction(course.db_url, missing):
         return
-    resources = {"nbgrader": {"db_url": course.db_url, "assignment": assignment, "notebook": notebook_id}}
+    resources = {"nbgrader": {"db_url": with_limits(course.db_url), "assignment": assignment, "notebook": notebook_id}}
     try:
         SaveCells().preprocess(source, resources)
     except (OperationalError, InterfaceError) as error:
