@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import atexit
+import functools
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,7 +31,20 @@ def nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def make_course(directory: Path) -> Path:
-    """A course directory with the repository's config and solutions, every assignment generated."""
+    """A course directory with the repository's config and solutions, every assignment generated.
+
+    ``nbgrader generate_assignment`` runs once per test session (about 3 s an assignment),
+    in a course of its own; every course after that is a copy of that one.
+    """
+    shutil.copytree(_generated_course(), directory, dirs_exist_ok=True)
+    return directory
+
+
+@functools.cache
+def _generated_course() -> Path:
+    """A course generated from today's solutions, removed when the tests end."""
+    directory = Path(tempfile.mkdtemp(prefix="generated-course-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
     shutil.copy(ROOT / "nbgrader_config.py", directory)
     shutil.copytree(ROOT / "solutions", directory / "solutions")
     for assignment in ASSIGNMENTS:

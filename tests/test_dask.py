@@ -158,7 +158,9 @@ def test_a_worker_killed_mid_run_costs_only_a_retry(course, cluster, tmp_path):
 
 def test_a_lost_scheduler_is_a_clear_error(course, tmp_path):
     copy = copy_of(course, tmp_path)
-    result = run(copy, "--scheduler", "tcp://127.0.0.1:9", "--force")
+    started = time.monotonic()
+    result = run(copy, "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "3", "--force")
+    assert time.monotonic() - started < 20, "--scheduler-timeout was not applied"
     assert result.returncode == 2, result.stdout + result.stderr
     assert "tcp://127.0.0.1:9" in result.stderr and "Traceback" not in result.stderr
     assert not (copy / "grades" / ".state").exists()  # nothing recorded

@@ -73,8 +73,9 @@ class GradeReport:
 
 def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False, progress: bool = True,
           device: str | None = None, memory_mb: int | None = None, notebook_timeout: float | None = None,
-          sandbox: bool | None = None, scheduler: str | None = None, secret_file: str | Path | None = None,
-          timeout: float | None = None, workers: int | None = None) -> GradeReport:
+          sandbox: bool | None = None, scheduler: str | None = None, scheduler_timeout: float | None = None,
+          secret_file: str | Path | None = None, timeout: float | None = None,
+          workers: int | None = None) -> GradeReport:
     """Grade the new and changed submissions of ``assignment`` in the nbgrader course at ``course_dir``.
 
     Every setting left at ``None`` comes from the course's ``nbgrader_config.py``
@@ -90,6 +91,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     course = Course.open(Path(course_dir))
     settings, origins = resolve(course_config(course.root), device=device, memory_mb=memory_mb,
                                 notebook_timeout=notebook_timeout, sandbox=sandbox, scheduler=scheduler,
+                                scheduler_timeout=scheduler_timeout,
                                 secret_file=None if secret_file is None else str(secret_file), timeout=timeout,
                                 workers=workers)
     for name, origin in origins.items():
@@ -116,7 +118,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
                  dataclasses.replace(limits, seed_key=student_key(secret, assignment, s))) for s in todo}
     bar = _Progress(len(todo), enabled=progress)
     graded, not_graded = [], {}
-    results = _dask_results(tasks, address) if address else _local_results(tasks, settings.workers, limits)
+    results = _dask_results(tasks, address, settings.scheduler_timeout) if address else _local_results(tasks, settings.workers, limits)
     try:
         for student, outcome in results:
             problem = outcome if isinstance(outcome, str) else _refusal(outcome)
@@ -240,8 +242,10 @@ def _local_results(tasks: dict[str, tuple], workers: int, limits: Limits) -> Ite
                 job.cancel()
 
 
-def _dask_results(tasks: dict[str, tuple], address: str) -> Iterator[tuple[str, dict | str]]:
+def _dask_results(tasks: dict[str, tuple], address: str, wait: float) -> Iterator[tuple[str, dict | str]]:
     """``(student, outcome)`` as each finishes, from the workers of the Dask scheduler at ``address``.
+
+    ``wait`` seconds for the scheduler to answer, then as many for a first worker.
 
     A task whose worker is lost runs again on another (Dask's ``allowed-failures``, 3 by
     default); past that, its outcome says so and the submission is left for the next run.
@@ -251,14 +255,15 @@ def _dask_results(tasks: dict[str, tuple], address: str) -> Iterator[tuple[str, 
     if not tasks:
         return
     try:
-        client = Client(address, timeout="20s")
+        client = Client(address, timeout=f"{wait}s")
     except (OSError, TimeoutError) as error:
         raise ConnectionError(f"cannot reach the Dask scheduler at {address}: {error}") from None
     with client:
         try:
-            client.wait_for_workers(1, timeout=120)
+            client.wait_for_workers(1, timeout=wait)
         except TimeoutError:
-            raise ConnectionError(f"the Dask scheduler at {address} has no worker (waited 120 s)") from None
+            raise ConnectionError(f"the Dask scheduler at {address} has no worker (waited {wait:g} s; "
+                                  "--scheduler-timeout)") from None
         workers = client.scheduler_info()["workers"]
         log.info("Dask scheduler %s: %d workers (%s)", address, len(workers),
                  ", ".join(str(w.get("name", a)) for a, w in workers.items()))

@@ -40,6 +40,9 @@ class GradeSettings(Configurable):
                         help="address of a Dask scheduler whose workers grade, e.g. tcp://host:8786 "
                              f"(default: ${DASK_SCHEDULER_VARIABLE} if set, else this machine's "
                              "processes)").tag(config=True)
+    scheduler_timeout = Float(60.0, min=0.001,
+                              help="seconds to wait for the Dask scheduler to answer, and then for its first worker "
+                                   "(default: 60)").tag(config=True)
     device = Enum(["auto", "cpu", "cuda"], "auto",
                   help="where the checks run: auto is cuda when there is a GPU (default: auto)").tag(config=True)
     timeout = Float(120.0, min=0.001, help="seconds one cell may run (default: 120)").tag(config=True)
@@ -51,7 +54,7 @@ class GradeSettings(Configurable):
                                f"every repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})").tag(config=True)
     sandbox = Bool(True, help="run student code in bubblewrap (turning it off is unsafe)").tag(config=True)
 
-    @validate("timeout", "notebook_timeout")
+    @validate("timeout", "notebook_timeout", "scheduler_timeout")
     def _finite(self, proposal):
         """A time limit is a number of seconds: ``nan`` and ``inf`` are refused (``min`` lets ``nan`` by)."""
         value = proposal["value"]
