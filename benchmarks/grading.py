@@ -33,6 +33,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+sys.path.insert(0, str(ROOT / "tests"))
+from dask_cluster import Cluster  # noqa: E402  (the tests' local scheduler and workers)
 WRONG_WINDOW = ("def window_mask(num_queries, num_keys, radius):\n"
                 "    i, j = torch.arange(num_queries)[:, None], torch.arange(num_keys)[None, :]\n"
                 "    return (i - j).abs() < radius\n")
@@ -97,38 +99,6 @@ def totals_from_csv(course: Path, assignment: str) -> dict[str, float]:
     return totals
 
 
-class DaskWorkers:
-    """``dask scheduler`` and ``count`` ``dask worker`` processes on localhost (one thread each)."""
-
-    def __init__(self, count: int, folder: Path):
-        self.file, self.processes = folder / "scheduler.json", []
-        self._spawn(["scheduler", "--host", "127.0.0.1", "--port", "0", "--scheduler-file", str(self.file)], folder)
-        while not self.file.exists():
-            time.sleep(0.1)
-        for _ in range(count):
-            self._spawn(["worker", "--scheduler-file", str(self.file), "--nthreads", "1"], folder)
-        from distributed import Client
-
-        with Client(self.address) as client:
-            client.wait_for_workers(count, timeout=120)
-
-    @property
-    def address(self) -> str:
-        return json.loads(self.file.read_text())["address"]
-
-    def _spawn(self, arguments: list[str], folder: Path) -> None:
-        command = [str(BIN / "dask"), *arguments, "--no-dashboard"]
-        self.processes.append(subprocess.Popen(command, cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for process in reversed(self.processes):
-            process.kill()
-            process.wait()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submissions", type=int, default=40)
@@ -158,7 +128,10 @@ def main() -> None:
         for workers in () if args.no_dask else (1, 2):
             folder = Path(tmp) / f"dask{workers}"
             folder.mkdir()
-            with DaskWorkers(workers, folder) as cluster:
+            with Cluster(folder) as cluster:
+                for number in range(workers):
+                    cluster.add_worker(f"w{number}")
+                cluster.wait_for_workers(workers)
                 seconds = run([sys.executable, "-m", "autograder", "grade", args.assignment, "--force",
                                "--scheduler", cluster.address], our_course)
             same = totals_from_csv(our_course, args.assignment) == totals_from_gradebook(nbgrader_course, args.assignment)
