@@ -301,6 +301,23 @@ def test_a_zygote_that_cannot_start_falls_back_with_a_notice(monkeypatch, capsys
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("command", [[sys.executable, "-c", "raise SystemExit('no')"], ["/nonexistent/bwrap"]],
+                         ids=["exits", "cannot-start"])
+def test_a_zygote_that_cannot_start_leaves_no_folder_behind(monkeypatch, tmp_path, capsys, command):
+    import tempfile
+
+    from autograder.grading import sandbox
+    from autograder.grading import zygote as zygotes
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(sandbox, "zygote_command", lambda *args: command)
+    monkeypatch.setattr(zygotes, "_zygotes", {})
+    monkeypatch.setattr(zygotes, "_failed", {})
+    assert zygotes.for_limits(_limits(memory_mb=1235)) is None
+    assert "no kernel zygote" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 def _folder_and_answer(limits):
     """In a forked grading process: the zygote it uses, and a kernel's answer."""
     from autograder.grading import zygote as zygotes

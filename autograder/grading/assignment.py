@@ -272,9 +272,11 @@ def _dask_results(tasks: dict[str, tuple], address: str, wait: float) -> Iterato
                    for student, arguments in tasks.items()}
         try:
             for future in as_completed(futures):
-                yield futures[future], _outcome(future)
+                student, outcome = futures.pop(future), _outcome(future)
+                future.release()  # the cluster forgets a result once it is here (a course of thousands)
+                yield student, outcome
         finally:
-            client.cancel(list(futures))
+            client.cancel(list(futures))  # those not done
 
 
 def _outcome(job) -> dict | str:

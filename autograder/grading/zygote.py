@@ -680,9 +680,13 @@ class Zygote:
         self.path = os.path.join(self.folder, "zygote.sock")
         self.log = os.path.join(self.folder, "zygote.log")
         command = zygote_command(self.path, self.folder, limits)
-        with open(self.log, "wb") as log:
-            self.process = _spawn(lambda: subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                                           stderr=log, close_fds=True))
+        try:
+            with open(self.log, "wb") as log:
+                self.process = _spawn(lambda: subprocess.Popen(command, stdin=subprocess.DEVNULL,
+                                                               stdout=subprocess.PIPE, stderr=log, close_fds=True))
+        except BaseException:
+            shutil.rmtree(self.folder, ignore_errors=True)  # nothing started: leave nothing behind
+            raise
         try:
             line = _read_line(self.process.stdout.fileno(), time.monotonic() + 300)
             if line.strip() != b"ready":
