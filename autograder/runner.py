@@ -133,6 +133,11 @@ class Part:
     compare_with_reference: bool = True
     rounding: Callable[..., float] | None = None
 
+    def __post_init__(self) -> None:
+        if self.rounding is not None and self.compare is not None:
+            raise ValueError(f"{self.name}: `rounding` widens the default comparison; a part with its own "
+                             "`compare` must allow for rounding there")
+
     def compare_results(self, case: Case, result: Any, expected: Any, slack: float = 0.0) -> None:
         """Compare one call's result with the expected one; ``slack`` is added to ``atol``."""
         if self.compare is not None:

@@ -6,7 +6,7 @@ in a thousand (a tolerance too tight for float32 rounding, an edge case drawn to
 This script grades the correct answers of the checks' tests (``tests/catalogue_chNN.py``:
 answers written differently from the reference) on the hidden cases of ``--students`` keys
 and prints, for each answer, how many students it would have lost points for. Every count
-should be 0; the test suite runs the same grading for a few dozen keys on every run.
+should be 0; the test suite runs the same grading for a dozen keys on every run.
 
     python benchmarks/fair_grading.py --students 2000 --chapters 03 04
 
@@ -39,14 +39,17 @@ def correct_answers(chapter: str, training: bool) -> list[tuple]:
 
 def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, str]]:
     """``[(key, first line of the message)]`` for every key on whose hidden cases ``answer`` fails."""
-    failed = []
-    for key in keys:
-        runner.SEED_KEY = key
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                check(answer, hidden=True)
-        except AssertionError as problem:
-            failed.append((key, str(problem).splitlines()[0]))
+    failed, own_key = [], runner.SEED_KEY
+    try:
+        for key in keys:
+            runner.SEED_KEY = key
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    check(answer, hidden=True)
+            except AssertionError as problem:
+                failed.append((key, str(problem).splitlines()[0]))
+    finally:
+        runner.SEED_KEY = own_key  # this process's key, as it was
     return failed
 
 

@@ -122,6 +122,16 @@ def _prlimit(limits: Limits) -> list[str]:
     return ["prlimit", f"--data={limits.memory_mb * 2**20}", "--core=0", f"--fsize={zygotes.FILE_BYTES}", "--"]
 
 
+def _without_sandbox(limits: Limits, env: dict[str, str], program: list[str]) -> list[str]:
+    """``program`` under the resource limits and in ``env`` alone, without bubblewrap."""
+    return _prlimit(limits) + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + program
+
+
+def _setenv(env: dict[str, str]) -> list[str]:
+    """bubblewrap's arguments that give the sandbox ``env`` (after ``--clearenv``)."""
+    return [argument for key, value in env.items() for argument in ("--setenv", key, value)]
+
+
 def _bwrap_mounts(limits: Limits) -> list[str]:
     """What every sandbox holds: the read-only system, Python and autograder, the GPU if used."""
     command = ["--dev", "/dev", "--tmpfs", "/tmp", "--clearenv"]
@@ -138,12 +148,10 @@ def bwrap_command(kernel_command: list[str], sockets: str, scratch: str, limits:
     """``kernel_command`` wrapped in resource limits and, unless disabled, bubblewrap."""
     env = kernel_environment(limits)
     if not limits.sandbox:
-        return _prlimit(limits) + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + kernel_command
+        return _without_sandbox(limits, env, kernel_command)
     command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
                "--proc", "/proc", *_bwrap_mounts(limits)]
-    command += ["--bind", sockets, sockets, "--bind", scratch, "/tmp/work", "--chdir", "/tmp/work"]
-    for key, value in env.items():
-        command += ["--setenv", key, value]
+    command += ["--bind", sockets, sockets, "--bind", scratch, "/tmp/work", "--chdir", "/tmp/work", *_setenv(env)]
     return _prlimit(limits) + command + kernel_command
 
 
@@ -168,13 +176,10 @@ def zygote_command(socket_path: str, folder: str, limits: Limits) -> list[str]:
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"  # what ipykernel sets (before matplotlib loads)
     program = [sys.executable, "-m", "autograder.grading.zygote", socket_path]
     if not limits.sandbox:
-        return (_prlimit(limits) + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + program
-                + ["--no-namespaces", "--parent", str(os.getpid())])
+        return _without_sandbox(limits, env, program + ["--no-namespaces", "--parent", str(os.getpid())])
     command = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(zygotes.SANDBOX_UID),
                "--gid", str(zygotes.SANDBOX_GID), "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-               "--bind", "/proc", "/proc", *_bwrap_mounts(limits), "--bind", folder, folder]
-    for key, value in env.items():
-        command += ["--setenv", key, value]
+               "--bind", "/proc", "/proc", *_bwrap_mounts(limits), "--bind", folder, folder, *_setenv(env)]
     command += ["--remount-ro", "/", "--chdir", "/"]
     return _prlimit(limits) + command + program
 
