@@ -196,6 +196,27 @@ def _expect_structure_and_dropout(cls) -> None:
         trained = case.call(model, x, x, x)
     case.check(not torch.allclose(trained, evaluated), "dropout=0.5 changes nothing in training mode: drop attention "
                                                         "weights with nn.Dropout (self.training decides)")
+    _expect_dropout_on_the_weights(case, cls)
+
+
+def _expect_dropout_on_the_weights(case: Case, cls) -> None:
+    """Dropout acts on the attention weights, not on the output.
+
+    With identity projections and every value row equal to ones, each head's output is
+    the sum of its kept weights (times ``1 / (1 - p)``) in every one of its features: the
+    features of one head are equal whatever dropout drops from the weights. Dropout on the
+    output zeroes single features instead.
+    """
+    model = case.call(cls, 16, 4, dropout=0.5)
+    _load(model, {name: torch.eye(16) for name in PROJECTIONS})
+    model.train()
+    x = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        output = case.call(model, x, x, torch.ones(2, 12, 16))
+    per_head = output.reshape(2, 12, 4, 4)  # (batch, q, heads·d) -> (batch, q, heads, d)
+    case.check(torch.allclose(per_head, per_head[..., :1].expand_as(per_head)),
+               "in training mode, dropout acts on the output, not on the attention weights: apply nn.Dropout to the "
+               "weights before they multiply the values")
 
 
 MODULE = Part("MultiHeadAttention", CHAPTER, arguments=("queries", "keys", "values", "mask"),

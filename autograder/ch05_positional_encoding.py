@@ -66,7 +66,8 @@ def _expect_dropout_in_training_only(cls) -> None:
 
 
 MODULE = Part("PositionalEncoding", CHAPTER, arguments=("X",), adapt=_adding_module, atol=5e-4,
-              before=_expect_dropout_in_training_only, forbid_library=True)
+              before=_expect_dropout_in_training_only, forbid_library=True,
+              depends_on={"sinusoidal_encoding": TABLE})
 
 
 def check_positional_encoding(cls, hidden: bool = False) -> None:

@@ -107,7 +107,10 @@ class Part:
             whose inputs carry no device).
         meta: replay each call on the ``meta`` device.
         forbid_library: withhold the points if the answer calls library attention.
-        depends_on: ``{global name: part}`` of earlier parts the answer calls by name.
+        depends_on: ``{global name: what stands in for it}`` for what the answer calls by
+            name: an earlier graded :class:`Part` (its reference on the grading side; on a
+            student's machine the student's own, checked first), or a stand-in of the
+            checks' own (a class or function) that replaces it on both sides.
         compare_with_reference: ``False`` for parts judged by their properties alone
             (statistics, a trained model): no expected result is computed or stored, and
             ``compare`` gets ``None`` for it.
@@ -129,7 +132,7 @@ class Part:
     on_devices: bool = True
     meta: bool = True
     forbid_library: bool = False
-    depends_on: dict[str, "Part"] = field(default_factory=dict)
+    depends_on: dict[str, Any] = field(default_factory=dict)
     compare_with_reference: bool = True
     rounding: Callable[..., float] | None = None
 
@@ -167,7 +170,7 @@ def run(part: Part, answer: Any, hidden: bool = False) -> None:
     count = 0
     with earlier_parts(part, answer):
         if part.forbid_library and calls:
-            _expect_no_library_attention(part, answer, function, calls[0])
+            _expect_no_library_attention(part, answer, function, calls[0], exempt=_stand_ins(part))
         for call in calls:
             count += _run_call(part, function, expected_by, call)
     passed(part.name, count, hidden)
@@ -206,10 +209,15 @@ def _tensor_arguments(part: Part, args: tuple, kwargs: dict) -> dict[str, torch.
     return named
 
 
-def _expect_no_library_attention(part: Part, answer: Any, function: Callable, call: Call) -> None:
-    """Withhold the points, saying why, if the answer calls library attention."""
+def _stand_ins(part: Part) -> tuple:
+    """The checks' own stand-ins among the part's dependencies (they may call library attention)."""
+    return tuple(dependency for dependency in part.depends_on.values() if not isinstance(dependency, Part))
+
+
+def _expect_no_library_attention(part: Part, answer: Any, function: Callable, call: Call, exempt: tuple = ()) -> None:
+    """Withhold the points, saying why, if the answer calls library attention (stand-ins in ``exempt`` may)."""
     case = Case(part.name, call.description, call.seed)
-    with tripwires(answer) as called:
+    with tripwires(answer, exempt) as called:
         case.call(function, *call.args, **call.kwargs)
     case.check(
         not called,
@@ -226,7 +234,8 @@ def earlier_parts(part: Part, answer: Any) -> Iterator[None]:
     calls by a global name is replaced by its reference for the duration, so a mistake
     there is graded once, in its own part. Where they are not (a student's install), the
     student's own earlier part is checked on its visible cases first, and if it fails the
-    message names it as the part to fix first.
+    message names it as the part to fix first. A stand-in of the checks' own (not a
+    :class:`Part`) replaces the name on both sides.
     """
     functions = functions_of(answer)
     namespaces = list({id(f.__globals__): f.__globals__ for f in functions}.values())
@@ -235,7 +244,7 @@ def earlier_parts(part: Part, answer: Any) -> Iterator[None]:
     swapped: list[tuple[dict, str, Any]] = []
     try:
         for name, dependency in used.items():
-            reference = reference_of(dependency)
+            reference = reference_of(dependency) if isinstance(dependency, Part) else dependency
             if reference is None:
                 _expect_earlier_part_right(part, dependency, next((ns[name] for ns in namespaces if name in ns), None))
                 continue

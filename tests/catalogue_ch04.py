@@ -170,6 +170,13 @@ class _DelegatesToPyTorch(MHA):
         return self.W_o(merge(heads))
 
 
+class _DropoutOnOutput(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        _, self.attention_weights = attend(q, k, v, mask)
+        return self.drop(self.W_o(merge(self.attention_weights @ v)))  # dropout after W_o, not on the weights
+
+
 def _count_without_output(num_hiddens, num_heads, head_dim=None, bias=False):
     inner = num_hiddens if head_dim is None else num_heads * head_dim
     return 3 * num_hiddens * inner + (3 * inner if bias else 0)  # W_o forgotten
@@ -198,6 +205,7 @@ WRONG = [  # (name, check, answer, only the hidden cases catch it)
     ("scaled by the full width, not the head width", ch04.check_multi_head_attention, _ScaledByFullWidth, False),
     ("one projection shared by queries, keys and values", ch04.check_multi_head_attention, _OneLinearForAll, False),
     ("delegates to F.scaled_dot_product_attention", ch04.check_multi_head_attention, _DelegatesToPyTorch, False),
+    ("dropout on the output instead of the weights", ch04.check_multi_head_attention, _DropoutOnOutput, False),
     ("parameter count forgets W_o", ch04.check_mha_parameter_count, _count_without_output, False),
     ("parameter count ignores the wide heads", ch04.check_mha_parameter_count, _count_wide_as_narrow, False),
     ("parameter count forgets the biases", ch04.check_mha_parameter_count, _count_without_bias, False),

@@ -114,6 +114,21 @@ class _PaddingIgnored(Block):
         return super().forward(X, None)  # valid_lens unused: padding is attended to
 
 
+class _NoFeedForwardResidual(Block):
+    def forward(self, X, valid_lens=None):
+        mask = None if valid_lens is None else (torch.arange(X.size(1)) < valid_lens[:, None])[:, None, None, :]
+        Y = self.norm1(X + self.drop(self.attention(X, X, X, mask)))
+        return self.norm2(self.drop(self.ffn(Y)))  # the second residual forgotten
+
+
+class _AttentionOutputUnused(Block):
+    def forward(self, X, valid_lens=None):
+        mask = None if valid_lens is None else (torch.arange(X.size(1)) < valid_lens[:, None])[:, None, None, :]
+        self.attention(X, X, X, mask)
+        Y = self.norm1(X + self.drop(X))  # the attention's output computed, then X added instead
+        return self.norm2(Y + self.drop(self.ffn(Y)))
+
+
 def _forgets_to_rescale(queries, keys, values, chunk_size, mask=None):
     return chunked(queries, keys, values, chunk_size, mask, rescale=False)
 
@@ -154,6 +169,8 @@ WRONG = [  # (name, check, answer, only the hidden cases catch it)
     ("residual added after the norm", ch06.check_transformer_encoder_block, _ResidualAfterNorm, False),
     ("pre-norm instead of the contract's post-norm", ch06.check_transformer_encoder_block, _PreNorm, False),
     ("valid_lens ignored", ch06.check_transformer_encoder_block, _PaddingIgnored, False),
+    ("feed-forward residual forgotten", ch06.check_transformer_encoder_block, _NoFeedForwardResidual, False),
+    ("attention output computed but not used", ch06.check_transformer_encoder_block, _AttentionOutputUnused, False),
     ("running sum not rescaled", ch06.check_chunked_attention, _forgets_to_rescale, False),
     ("maximum not subtracted: overflow", ch06.check_chunked_attention, _max_not_subtracted, False),
     ("last partial chunk dropped", ch06.check_chunked_attention, _last_chunk_dropped, False),

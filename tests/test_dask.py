@@ -99,7 +99,8 @@ def test_a_lost_scheduler_is_a_clear_error(course, tmp_path):
     copy = copy_of(course, tmp_path)
     started = time.monotonic()
     result = run(copy, "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "3", "--force")
-    assert time.monotonic() - started < 20, "--scheduler-timeout was not applied"
+    # the default wait is 60 s; starting the command (Python, PyTorch) takes seconds more on a loaded machine
+    assert time.monotonic() - started < 45, "--scheduler-timeout was not applied"
     assert result.returncode == 2, result.stdout + result.stderr
     assert "tcp://127.0.0.1:9" in result.stderr and "Traceback" not in result.stderr
     assert not (copy / "grades" / ".state").exists()  # nothing recorded

@@ -297,6 +297,30 @@ def test_training_is_graded_with_the_reference_leave_one_out():
     assert namespace["leave_one_out"] is own, "the student's own function must be put back after the check"
 
 
+def test_the_fallback_multi_head_attention_is_the_contracts_and_answers_nothing_of_assignment_4():
+    from autograder import ch04_multihead as ch04
+    from autograder.reference import ch04_multihead as ref04
+
+    generator = torch.Generator().manual_seed(0)
+    queries, keys = torch.randn(2, 5, 8, generator=generator), torch.randn(2, 7, 8, generator=generator)
+    mask = torch.rand(2, 1, 5, 7, generator=generator) < 0.5
+    mask[0, 0, 1] = False  # a query with no allowed key: zeros, not NaN
+    for bias in (False, True):
+        fallback, reference = ch06.FallbackMultiHeadAttention(8, 2, bias=bias), ref04.MultiHeadAttention(8, 2, bias=bias)
+        reference.load_state_dict(fallback.state_dict())
+        for m in (None, mask):
+            expected = reference(queries, keys, keys, m)
+            assert torch.allclose(fallback(queries, keys, keys, m), expected, atol=1e-6)
+    with pytest.raises(AssertionError, match="from the autograder package"):
+        ch04.check_multi_head_attention(ch06.FallbackMultiHeadAttention)
+
+    class Copied(ch06.FallbackMultiHeadAttention):  # pasted into a notebook
+        pass
+
+    with pytest.raises(AssertionError, match="calls torch.nn.functional.scaled_dot_product_attention"):
+        ch04.check_multi_head_attention(Copied)
+
+
 def test_without_the_references_a_student_is_told_which_part_to_fix_first(monkeypatch):
     monkeypatch.setattr(runner, "reference_module", lambda chapter: None)
     namespace = _student_training_with_a_wrong_leave_one_out()
