@@ -2,8 +2,9 @@
 
 One ``check_<part>(answer, hidden=False)`` per graded part of contract section 01, and
 one ``check_<part>_arguments(answer)`` for the ``ValueError``s a part must raise, graded
-apart. Every check goes through the course's case runner (``autograder.runner``); this
-module holds only what is special to each part, the chapter's data set, and the helpers
+apart. Each part is declared as data (``autograder.parts``) and judged by the course's
+judge (``autograder.judge``); this module holds only what is special to each part, the
+chapter's data set, and the helpers
 that visible cases pass to an answer (kernels and a model that are not the answers, so
 that a part is never graded through another part).
 """
@@ -15,8 +16,9 @@ import math
 import torch
 from torch import nn
 
-from .core import Case
-from .runner import Part, expect_module_value_errors, expect_value_errors, run
+from .core import Case, describe_module
+from .judge import checks
+from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch01_nadaraya_watson"
 
@@ -95,19 +97,19 @@ def _kernel(name: str) -> Part:
 GAUSSIAN, BOXCAR, EPANECHNIKOV = (_kernel(n) for n in ("gaussian_kernel", "boxcar_kernel", "epanechnikov_kernel"))
 
 
+@checks(GAUSSIAN)
 def check_gaussian_kernel(fn, hidden: bool = False) -> None:
     """Check ``gaussian_kernel(u) = exp(-u²/2)`` (float32 and float64, any shape)."""
-    run(GAUSSIAN, fn, hidden)
 
 
+@checks(BOXCAR)
 def check_boxcar_kernel(fn, hidden: bool = False) -> None:
     """Check ``boxcar_kernel(u) = 1 if |u| ≤ 1 else 0`` (boundary included, input dtype kept)."""
-    run(BOXCAR, fn, hidden)
 
 
+@checks(EPANECHNIKOV)
 def check_epanechnikov_kernel(fn, hidden: bool = False) -> None:
     """Check ``epanechnikov_kernel(u) = max(0, 1 - u²)``."""
-    run(EPANECHNIKOV, fn, hidden)
 
 
 # --------------------------------------------------------------------------------------
@@ -117,21 +119,25 @@ def check_epanechnikov_kernel(fn, hidden: bool = False) -> None:
 POOLING = Part("nadaraya_watson", CHAPTER, arguments=("queries", "keys", "values"), outputs=("predictions", "weights"))
 
 
+@checks(POOLING)
 def check_nadaraya_watson(fn, hidden: bool = False) -> None:
     """Check weights and predictions: kernels, bandwidths, vector values, empty and tiny rows."""
-    run(POOLING, fn, hidden)
 
 
-def check_nadaraya_watson_arguments(fn, hidden: bool = False) -> None:
-    """Bad arguments raise ``ValueError`` naming the argument."""
+def _bad_pooling_arguments() -> list[tuple[str, tuple, dict]]:
     q, k, v = torch.zeros(3), torch.zeros(4), torch.zeros(4)
     options = {"kernel": cauchy_kernel}
-    expect_value_errors("nadaraya_watson", fn, [
+    return [
         ("queries", (torch.zeros(3, 1), k, v), options),
         ("keys", (q, torch.zeros(4, 1), v), options),
         ("values", (q, k, torch.zeros(5)), options),
         ("bandwidth", (q, k, v), {**options, "bandwidth": 0.0}),
-    ])
+    ]
+
+
+@checks(ArgumentCheck("nadaraya_watson", CHAPTER, _bad_pooling_arguments))
+def check_nadaraya_watson_arguments(fn, hidden: bool = False) -> None:
+    """Bad arguments raise ``ValueError`` naming the argument."""
 
 
 # --------------------------------------------------------------------------------------
@@ -156,18 +162,18 @@ def _compare_leave_one_out(case: Case, result, expected) -> None:
 LEAVE_ONE_OUT = Part("leave_one_out", CHAPTER, arguments=("x", "y"), compare=_compare_leave_one_out)
 
 
+@checks(LEAVE_ONE_OUT)
 def check_leave_one_out(fn, hidden: bool = False) -> None:
     """Check that row ``i`` of ``leave_one_out(x, y)`` holds every pair except pair ``i``."""
-    run(LEAVE_ONE_OUT, fn, hidden)
 
 
+@checks(ArgumentCheck("leave_one_out", CHAPTER, lambda: [
+    ("x", (torch.zeros(3, 2), torch.zeros(3, 2)), {}),
+    ("x", (torch.zeros(1), torch.zeros(1)), {}),
+    ("y", (torch.zeros(4), torch.zeros(5)), {}),
+]))
 def check_leave_one_out_arguments(fn, hidden: bool = False) -> None:
     """``x`` not 1-D or shorter than 2, or ``y`` of another shape, raise ``ValueError``."""
-    expect_value_errors("leave_one_out", fn, [
-        ("x", (torch.zeros(3, 2), torch.zeros(3, 2)), {}),
-        ("x", (torch.zeros(1), torch.zeros(1)), {}),
-        ("y", (torch.zeros(4), torch.zeros(5)), {}),
-    ])
 
 
 # --------------------------------------------------------------------------------------
@@ -205,30 +211,30 @@ def _compare_regression(case: Case, result, expected) -> None:
     case.expect_close("the gradient of sum(predictions) with respect to w", gradient, expected[2])
 
 
-def _expect_one_scalar_parameter(cls) -> None:
-    case = Case("NWKernelRegression", "NWKernelRegression()")
-    model = case.call(cls)
-    case.check(isinstance(model, nn.Module), "should be a subclass of torch.nn.Module")
-    params = dict(model.named_parameters())
+def _expect_one_scalar_parameter(case: Case, args, kwargs, model) -> None:
+    case.check(model["is_module"], "should be a subclass of torch.nn.Module")
+    params = model["parameters"]
     case.check(list(params) == ["w"], f"should have exactly one parameter named `w`, found {list(params) or 'none'}")
-    case.check(params["w"].numel() == 1, f"`w` should be a scalar, got shape {tuple(params['w'].shape)}")
+    case.check(math.prod(params["w"]) == 1, f"`w` should be a scalar, got shape {tuple(params['w'])}")
 
 
+ONE_PARAMETER = Probe("parameters", lambda: [Call("NWKernelRegression()")], lambda cls: lambda: describe_module(cls()),
+                      _expect_one_scalar_parameter)
 REGRESSION = Part("NWKernelRegression", CHAPTER, arguments=("queries", "keys", "values"), adapt=_forward_with_w,
-                  compare=_compare_regression, before=_expect_one_scalar_parameter)
+                  compare=_compare_regression, probes=(ONE_PARAMETER,))
 
 
+@checks(REGRESSION)
 def check_nw_kernel_regression(cls, hidden: bool = False) -> None:
     """Check the learnable model: one scalar parameter ``w``, predictions, weights, gradient."""
-    run(REGRESSION, cls, hidden)
 
 
+@checks(ArgumentCheck("NWKernelRegression", CHAPTER, lambda: [
+    ("values", (torch.zeros(2), torch.zeros(2, 3), torch.zeros(2, 4)), {}),
+    ("keys", (torch.zeros(2), torch.zeros(3, 3), torch.zeros(3, 3)), {}),
+], construct=()))
 def check_nw_kernel_regression_arguments(cls, hidden: bool = False) -> None:
     """``forward`` with keys or values of the wrong shape raises ``ValueError``."""
-    expect_module_value_errors("NWKernelRegression", cls, (), [
-        ("values", (torch.zeros(2), torch.zeros(2, 3), torch.zeros(2, 4)), {}),
-        ("keys", (torch.zeros(2), torch.zeros(3, 3), torch.zeros(3, 3)), {}),
-    ])
 
 
 # --------------------------------------------------------------------------------------
@@ -277,9 +283,9 @@ TRAINING = Part("train_nw", CHAPTER, arguments=("x_train", "y_train"), adapt=_tr
                 meta=False, depends_on={"leave_one_out": LEAVE_ONE_OUT})
 
 
+@checks(TRAINING)
 def check_train_nw(fn, hidden: bool = False) -> None:
     """Check ``train_nw`` on the checks' own model: per-epoch losses and the fitted ``w``."""
-    run(TRAINING, fn, hidden)
 
 
 def _rounded(values: list[float]) -> list[float]:

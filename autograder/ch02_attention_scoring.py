@@ -1,9 +1,9 @@
 """Checks of assignment 02_attention_scoring: scoring functions and attention over them.
 
 One ``check_<part>(answer, hidden=False)`` per graded part of contract section 02, and a
-``check_<part>_arguments(answer)`` for the ``ValueError``s, graded apart. Every check goes
-through the course's case runner (``autograder.runner``); this module holds what is special
-to each part and the scoring functions that visible cases pass to ``attention`` (neither is
+``check_<part>_arguments(answer)`` for the ``ValueError``s, graded apart. Each part is
+declared as data (``autograder.parts``) and judged by the course's judge
+(``autograder.judge``); this module holds what is special to each part and the scoring functions that visible cases pass to ``attention`` (neither is
 an answer, so ``attention`` is never graded through the student's own scores).
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from .core import Case, largest_tensor_created
-from .runner import Part, expect_value_errors, run
+from .judge import checks
+from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch02_attention_scoring"
 
@@ -44,59 +45,72 @@ SCALED_DOT_PRODUCT = Part("scaled_dot_product_scores", CHAPTER, arguments=("quer
 BILINEAR = Part("bilinear_scores", CHAPTER, arguments=("queries", "keys", "W"))
 
 
+@checks(SCALED_DOT_PRODUCT)
 def check_scaled_dot_product_scores(fn, hidden: bool = False) -> None:
     """Check ``QKᵀ/√d`` on 2-, 3- and 4-D inputs and in float64."""
-    run(SCALED_DOT_PRODUCT, fn, hidden)
 
 
+@checks(ArgumentCheck("scaled_dot_product_scores", CHAPTER, lambda: [
+    ("keys", (torch.zeros(3, 4), torch.zeros(5, 6)), {}),
+    ("queries", (torch.zeros(4), torch.zeros(5, 4)), {}),
+]))
 def check_scaled_dot_product_scores_arguments(fn, hidden: bool = False) -> None:
     """Keys of another width, or inputs with fewer than 2 dimensions, raise ``ValueError``."""
-    expect_value_errors("scaled_dot_product_scores", fn, [
-        ("keys", (torch.zeros(3, 4), torch.zeros(5, 6)), {}),
-        ("queries", (torch.zeros(4), torch.zeros(5, 4)), {}),
-    ])
 
 
+@checks(BILINEAR)
 def check_bilinear_scores(fn, hidden: bool = False) -> None:
     """Check ``qᵀ W k``, with queries and keys of the same and of different widths."""
-    run(BILINEAR, fn, hidden)
 
 
+@checks(ArgumentCheck("bilinear_scores", CHAPTER, lambda: [
+    ("W", (torch.zeros(2, 3), torch.zeros(4, 5), torch.zeros(5, 3)), {}),
+]))
 def check_bilinear_scores_arguments(fn, hidden: bool = False) -> None:
     """A ``W`` that is not ``(dq, dk)`` raises ``ValueError``."""
-    expect_value_errors("bilinear_scores", fn, [("W", (torch.zeros(2, 3), torch.zeros(4, 5), torch.zeros(5, 3)), {})])
 
 
-def _expect_small_memory(fn) -> None:
-    """Wide inputs and a narrow hidden layer: no tensor may be much larger than ``q·k·h``."""
-    q, k, d, h = 16, 16, 512, 2
+#: Wide inputs and a narrow hidden layer for the memory probe: q = k = 16, d = 512, h = 2.
+_Q, _K, _D, _H = 16, 16, 512, 2
+
+
+def _wide_inputs() -> list[Call]:
     g = torch.Generator().manual_seed(0)
-    args = [torch.randn(*shape, generator=g) for shape in ((q, d), (k, d), (d, h), (d, h), (h,))]
-    case = Case("additive_scores", f"queries ({q}, {d}), keys ({k}, {d}), hidden size h = {h}")
-    largest = case.call(largest_tensor_created, fn, *args)
-    budget = max(q * k * h, q * d, k * d)  # the hidden features, or an input-sized copy
+    args = tuple(torch.randn(*shape, generator=g) for shape in ((_Q, _D), (_K, _D), (_D, _H), (_D, _H), (_H,)))
+    return [Call(f"queries ({_Q}, {_D}), keys ({_K}, {_D}), hidden size h = {_H}", args)]
+
+
+def _expect_small_memory(case: Case, args, kwargs, largest) -> None:
+    """No tensor may be much larger than ``q·k·h``."""
+    budget = max(_Q * _K * _H, _Q * _D, _K * _D)  # the hidden features, or an input-sized copy
     case.check(
-        largest <= budget,
-        f"creates a tensor of {largest} elements; with q = k = {q}, d = {d} and h = {h} it needs at most "
-        f"q·k·h = {q * k * h} (project queries and keys to h features first, then broadcast)",
+        int(largest) <= budget,
+        f"creates a tensor of {largest} elements; with q = k = {_Q}, d = {_D} and h = {_H} it needs at most "
+        f"q·k·h = {_Q * _K * _H} (project queries and keys to h features first, then broadcast)",
     )
 
 
-ADDITIVE = Part("additive_scores", CHAPTER, arguments=("queries", "keys", "W_q", "W_k", "w_v"), before=_expect_small_memory)
+SMALL_MEMORY = Probe("memory", _wide_inputs, lambda fn: lambda *args: largest_tensor_created(fn, *args),
+                     _expect_small_memory, inside=True)
+ADDITIVE = Part("additive_scores", CHAPTER, arguments=("queries", "keys", "W_q", "W_k", "w_v"), probes=(SMALL_MEMORY,))
 
 
+@checks(ADDITIVE)
 def check_additive_scores(fn, hidden: bool = False) -> None:
     """Check ``w_vᵀ tanh(q W_q + k W_k)`` and that it needs only ``O(q·k·h)`` memory."""
-    run(ADDITIVE, fn, hidden)
 
 
-def check_additive_scores_arguments(fn, hidden: bool = False) -> None:
-    """A ``W_k`` or ``w_v`` that does not fit raises ``ValueError``."""
+def _bad_additive_arguments() -> list[tuple[str, tuple, dict]]:
     q, k = torch.zeros(2, 3), torch.zeros(4, 5)
-    expect_value_errors("additive_scores", fn, [
+    return [
         ("W_k", (q, k, torch.zeros(3, 6), torch.zeros(4, 6), torch.zeros(6)), {}),
         ("w_v", (q, k, torch.zeros(3, 6), torch.zeros(5, 6), torch.zeros(5)), {}),
-    ])
+    ]
+
+
+@checks(ArgumentCheck("additive_scores", CHAPTER, _bad_additive_arguments))
+def check_additive_scores_arguments(fn, hidden: bool = False) -> None:
+    """A ``W_k`` or ``w_v`` that does not fit raises ``ValueError``."""
 
 
 # --------------------------------------------------------------------------------------
@@ -107,17 +121,17 @@ ATTENTION = Part("attention", CHAPTER, arguments=("queries", "keys", "values"), 
                  forbid_library=True)
 
 
+@checks(ATTENTION)
 def check_attention(fn, hidden: bool = False) -> None:
     """Check softmax attention with several scoring functions, always passed as ``score_fn``,
     so that a mistake in ``scaled_dot_product_scores`` costs only that part's points."""
-    run(ATTENTION, fn, hidden)
 
 
+@checks(ArgumentCheck("attention", CHAPTER, lambda: [
+    ("values", (torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(5, 2)), {"score_fn": cosine_scores}),
+]))
 def check_attention_arguments(fn, hidden: bool = False) -> None:
     """Values without one row per key raise ``ValueError``."""
-    expect_value_errors("attention", fn, [
-        ("values", (torch.zeros(2, 3), torch.zeros(4, 3), torch.zeros(5, 2)), {"score_fn": cosine_scores}),
-    ])
 
 
 # --------------------------------------------------------------------------------------
@@ -146,13 +160,15 @@ def _expect_variances(case: Case, args, kwargs, result) -> None:
     case.check(abs(var_scaled - 1) <= 0.12, f"var_scaled = {var_scaled:.3f}, expected about 1")
 
 
-def _expect_generator_used(fn) -> None:
+def _seeded_three_times(fn):
+    """``(d, num_samples, seeds) -> [fn(d, num_samples, a generator seeded with s) for s in seeds]``."""
+    return lambda d, num_samples, seeds: [fn(d, num_samples, torch.Generator().manual_seed(s)) for s in seeds]
+
+
+def _expect_generator_used(case: Case, args, kwargs, results) -> None:
     """The same generator seed gives the same result, different seeds different ones."""
-    case = Case("dot_product_variance", "d = 4, num_samples = 1000, the same generator seed twice")
-    first = _as_floats(case, case.call(fn, 4, 1000, torch.Generator().manual_seed(5)))
-    again = _as_floats(case, case.call(fn, 4, 1000, torch.Generator().manual_seed(5)))
+    first, again, other = (_as_floats(case, result) for result in results)
     case.check(first == again, "the same generator seed gives different results: draw all samples from `generator`")
-    other = _as_floats(case, case.call(fn, 4, 1000, torch.Generator().manual_seed(6)))
     case.check(first != other, "different generator seeds give the same result: draw the samples from `generator`")
 
 
@@ -160,18 +176,20 @@ def _statistics_only(case: Case, result, expected) -> None:
     """Samples drawn in another order give other variances: ``_expect_variances`` judges them."""
 
 
+GENERATOR_USED = Probe("generator", lambda: [Call("d = 4, num_samples = 1000, generator seeds 5, 5 and 6",
+                                                  (4, 1000, (5, 5, 6)))], _seeded_three_times, _expect_generator_used)
 VARIANCE = Part("dot_product_variance", CHAPTER, adapt=_seeded, compare=_statistics_only, extra=_expect_variances,
-                before=_expect_generator_used, on_devices=False, meta=False, compare_with_reference=False)
+                probes=(GENERATOR_USED,), on_devices=False, meta=False, compare_with_reference=False)
 
 
+@checks(VARIANCE)
 def check_dot_product_variance(fn, hidden: bool = False) -> None:
     """Check the empirical variances (≈ d and ≈ 1) and that ``generator`` is used."""
-    run(VARIANCE, fn, hidden)
 
 
+@checks(ArgumentCheck("dot_product_variance", CHAPTER, lambda: [("d", (0,), {}), ("d", (-3, 100), {})]))
 def check_dot_product_variance_arguments(fn, hidden: bool = False) -> None:
     """``d < 1`` raises ``ValueError``."""
-    expect_value_errors("dot_product_variance", fn, [("d", (0,), {}), ("d", (-3, 100), {})])
 
 
 PARTS = {part.name: part for part in (SCALED_DOT_PRODUCT, BILINEAR, ADDITIVE, ATTENTION, VARIANCE)}

@@ -1,9 +1,9 @@
 """Checks of assignment 03_masking: masked softmax and the masks of attention.
 
 One ``check_<part>(answer, hidden=False)`` per graded part of contract section 03, and
-``check_masked_attention_arguments`` for the ``ValueError``s, graded apart. Every check
-goes through the course's case runner (``autograder.runner``); this module holds only
-the assertions special to each part. One mask convention throughout, that of
+``check_masked_attention_arguments`` for the ``ValueError``s, graded apart. Each part is
+declared as data (``autograder.parts``) and judged by the course's judge
+(``autograder.judge``); this module holds only the assertions special to each part. One mask convention throughout, that of
 ``torch.nn.functional.scaled_dot_product_attention``: a bool mask, ``True`` = may attend.
 """
 
@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 
 from .core import Case, attention_rounding
-from .runner import Part, expect_value_errors, run
+from .judge import checks
+from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch03_masking"
 
@@ -36,9 +37,9 @@ MASKED_SOFTMAX = Part("masked_softmax", CHAPTER, arguments=("X", "valid_lens"), 
                       extra=_expect_exact_zeros_past_lengths, forbid_library=True)
 
 
+@checks(MASKED_SOFTMAX)
 def check_masked_softmax(fn, hidden: bool = False) -> None:
     """Check ``masked_softmax``: values, exact zeros past each valid length, scores of ±200, X unchanged."""
-    run(MASKED_SOFTMAX, fn, hidden)
 
 
 # --------------------------------------------------------------------------------------
@@ -53,43 +54,40 @@ def _compare_masks(case: Case, mask, expected) -> None:
                + ("" if case.hidden else f"\n    expected: {expected.int().tolist()}\n    got:      {mask.int().tolist()}"))
 
 
-def _expect_default_device_is_the_cpu(name: str, *sizes: int):
-    """A ``before`` hook: ``name(*sizes)`` without a device gives a bool mask on the CPU."""
-    def expect(fn) -> None:
-        call = f"{name}({', '.join(map(str, sizes))})"
-        case = Case(name, f"{call} without a device")
-        mask = case.call(fn, *sizes)
+def _default_device_probe(*sizes: int) -> Probe:
+    """Called without a device, the mask is a bool ``(q, k)`` tensor on the CPU."""
+
+    def expect(case: Case, args, kwargs, mask) -> None:
         case.expect_tensor("the mask", mask, shape=sizes[:2], dtype=torch.bool, device="cpu")
-    return expect
+
+    call = Call(f"({', '.join(map(str, sizes))}) without a device", sizes)
+    return Probe("default device", lambda: [call], lambda fn: fn, expect)
 
 
-CAUSAL = Part("causal_mask", CHAPTER, compare=_compare_masks,
-              before=_expect_default_device_is_the_cpu("causal_mask", 2, 3))
-BOTTOM_RIGHT = Part("causal_mask_bottom_right", CHAPTER, compare=_compare_masks,
-                    before=_expect_default_device_is_the_cpu("causal_mask_bottom_right", 2, 3))
+CAUSAL = Part("causal_mask", CHAPTER, compare=_compare_masks, probes=(_default_device_probe(2, 3),))
+BOTTOM_RIGHT = Part("causal_mask_bottom_right", CHAPTER, compare=_compare_masks, probes=(_default_device_probe(2, 3),))
 PADDING = Part("padding_mask", CHAPTER, arguments=("valid_lens",), compare=_compare_masks)
-WINDOW = Part("window_mask", CHAPTER, compare=_compare_masks,
-              before=_expect_default_device_is_the_cpu("window_mask", 2, 3, 1))
+WINDOW = Part("window_mask", CHAPTER, compare=_compare_masks, probes=(_default_device_probe(2, 3, 1),))
 
 
+@checks(CAUSAL)
 def check_causal_mask(fn, hidden: bool = False) -> None:
     """Check ``causal_mask``: bool, ``True`` where ``j ≤ i``, on the requested device."""
-    run(CAUSAL, fn, hidden)
 
 
+@checks(BOTTOM_RIGHT)
 def check_causal_mask_bottom_right(fn, hidden: bool = False) -> None:
     """Check ``causal_mask_bottom_right``: bool, ``True`` where ``j ≤ i + (k - q)``, on the requested device."""
-    run(BOTTOM_RIGHT, fn, hidden)
 
 
+@checks(PADDING)
 def check_padding_mask(fn, hidden: bool = False) -> None:
     """Check ``padding_mask``: bool ``(batch, 1, k)``, ``True`` where ``j < valid_lens[b]``."""
-    run(PADDING, fn, hidden)
 
 
+@checks(WINDOW)
 def check_window_mask(fn, hidden: bool = False) -> None:
     """Check ``window_mask``: bool, ``True`` where ``|i - j| ≤ radius``, on the requested device."""
-    run(WINDOW, fn, hidden)
 
 
 # --------------------------------------------------------------------------------------
@@ -124,20 +122,24 @@ MASKED_ATTENTION = Part("masked_attention", CHAPTER, arguments=("queries", "keys
                         rounding=lambda queries, keys, values, mask=None: attention_rounding(queries, keys, values))
 
 
+@checks(MASKED_ATTENTION)
 def check_masked_attention(fn, hidden: bool = False) -> None:
     """Check masked attention against the reference and PyTorch's own, with empty rows and large scores."""
-    run(MASKED_ATTENTION, fn, hidden)
 
 
-def check_masked_attention_arguments(fn, hidden: bool = False) -> None:
-    """A float mask, keys of another width, or values without one row per key raise ``ValueError``."""
+def _bad_attention_arguments() -> list[tuple[str, tuple, dict]]:
     q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
     float_mask = torch.ones(3, 5).tril()
-    expect_value_errors("masked_attention", fn, [
+    return [
         ("mask", (q, k, v), {"mask": float_mask}),
         ("keys", (q, torch.randn(2, 5, 3), v), {}),
         ("values", (q, k, torch.randn(2, 4, 6)), {}),
-    ])
+    ]
+
+
+@checks(ArgumentCheck("masked_attention", CHAPTER, _bad_attention_arguments))
+def check_masked_attention_arguments(fn, hidden: bool = False) -> None:
+    """A float mask, keys of another width, or values without one row per key raise ``ValueError``."""
 
 
 PARTS = {part.name: part for part in (MASKED_SOFTMAX, CAUSAL, BOTTOM_RIGHT, PADDING, WINDOW, MASKED_ATTENTION)}

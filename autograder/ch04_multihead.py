@@ -1,9 +1,9 @@
 """Checks of assignment 04_multihead: self-attention and multi-head attention.
 
 One ``check_<part>(answer, hidden=False)`` per graded part of contract section 04, and
-``check_<part>_arguments(answer)`` for the ``ValueError``s, graded apart. Every check goes
-through the course's case runner (``autograder.runner``); this module holds only what is
-special to each part: permutation equivariance, agreement with PyTorch's own attention
+``check_<part>_arguments(answer)`` for the ``ValueError``s, graded apart. Each part is
+declared as data (``autograder.parts``) and judged by the course's judge
+(``autograder.judge``); this module holds only what is special to each part: permutation equivariance, agreement with PyTorch's own attention
 and ``nn.MultiheadAttention`` carrying the same weights, dropout in training mode only.
 """
 
@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from .ch03_masking import _compare_masks, _expect_pytorchs_output_and_empty_rows
-from .core import Case
-from .runner import Part, expect_value_errors, run
+from .core import Case, describe_module
+from .judge import checks
+from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch04_multihead"
 
@@ -29,44 +30,60 @@ def _expect_course_mask_convention(case: Case, args, kwargs, result) -> None:
     _expect_pytorchs_output_and_empty_rows(case, (X @ W_q, X @ W_k, X @ W_v), kwargs, result)
 
 
-def _expect_permutation_equivariance(fn) -> None:
-    """Permuting the tokens (and the mask's rows and columns) permutes the output the same way."""
+def _permuted_inputs() -> list[Call]:
+    """X and a random order of its tokens, without a mask and with one (permuted alike)."""
     g = torch.Generator().manual_seed(4)
     X = torch.randn(2, 6, 5, generator=g)
     W_q, W_k, W_v = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g), torch.randn(5, 3, generator=g)
     order = torch.randperm(6, generator=g)
     mask = torch.rand(6, 6, generator=g) < 0.7
-    for masked in (None, mask):
-        case = Case("self_attention", f"X (2, 6, 5) and X with its tokens in the order {order.tolist()}, "
-                                      f"mask {'None' if masked is None else 'random (6, 6), permuted alike'}")
-        kwargs = {} if masked is None else {"mask": masked}
-        permuted_kwargs = {} if masked is None else {"mask": masked[order][:, order]}
-        output, weights = case.call(fn, X, W_q, W_k, W_v, **kwargs)
-        permuted_output, permuted_weights = case.call(fn, X[:, order], W_q, W_k, W_v, **permuted_kwargs)
-        case.expect_close("the output for the permuted tokens (self-attention is permutation-equivariant)",
-                          permuted_output, output[:, order])
-        case.expect_close("the weights for the permuted tokens", permuted_weights, weights[:, order][:, :, order])
+    described = f"X (2, 6, 5) and X with its tokens in the order {order.tolist()}, mask "
+    return [Call(described + "None", (X, W_q, W_k, W_v, order, None)),
+            Call(described + "random (6, 6), permuted alike", (X, W_q, W_k, W_v, order, mask))]
 
 
+def _on_both_orders(fn):
+    """``(X, W_q, W_k, W_v, order, mask) -> (result on X, result on X with its tokens in ``order``)``."""
+
+    def both(X, W_q, W_k, W_v, order, mask):
+        kwargs, permuted = ({}, {}) if mask is None else ({"mask": mask}, {"mask": mask[order][:, order]})
+        return fn(X, W_q, W_k, W_v, **kwargs), fn(X[:, order], W_q, W_k, W_v, **permuted)
+
+    return both
+
+
+def _expect_permutation_equivariance(case: Case, args, kwargs, result) -> None:
+    """Permuting the tokens (and the mask's rows and columns) permutes the output the same way."""
+    order = args[4]
+    (output, weights), (permuted_output, permuted_weights) = result
+    case.expect_close("the output for the permuted tokens (self-attention is permutation-equivariant)",
+                      permuted_output, output[:, order])
+    case.expect_close("the weights for the permuted tokens", permuted_weights, weights[:, order][:, :, order])
+
+
+PERMUTATION = Probe("permutation", _permuted_inputs, _on_both_orders, _expect_permutation_equivariance)
 SELF_ATTENTION = Part("self_attention", CHAPTER, arguments=("X", "W_q", "W_k", "W_v"), outputs=("output", "weights"),
-                      extra=_expect_course_mask_convention, before=_expect_permutation_equivariance,
-                      forbid_library=True)
+                      extra=_expect_course_mask_convention, probes=(PERMUTATION,), forbid_library=True)
 
 
+@checks(SELF_ATTENTION)
 def check_self_attention(fn, hidden: bool = False) -> None:
     """Check self-attention: masks, batch dimensions, permutation equivariance, PyTorch's rows."""
-    run(SELF_ATTENTION, fn, hidden)
 
 
-def check_self_attention_arguments(fn, hidden: bool = False) -> None:
-    """``X`` without a token axis, or projections that do not fit, raise ``ValueError``."""
+def _bad_self_attention_arguments() -> list[tuple[str, tuple, dict]]:
     X, W = torch.zeros(3, 4), torch.zeros(4, 2)
-    expect_value_errors("self_attention", fn, [
+    return [
         ("X", (torch.zeros(4), W, W, W), {}),
         ("W_q", (X, torch.zeros(5, 2), W, W), {}),
         ("W_k", (X, W, torch.zeros(4, 3), W), {}),
         ("W_v", (X, W, W, torch.zeros(2, 2)), {}),
-    ])
+    ]
+
+
+@checks(ArgumentCheck("self_attention", CHAPTER, _bad_self_attention_arguments))
+def check_self_attention_arguments(fn, hidden: bool = False) -> None:
+    """``X`` without a token axis, or projections that do not fit, raise ``ValueError``."""
 
 
 # --------------------------------------------------------------------------------------
@@ -76,15 +93,15 @@ def check_self_attention_arguments(fn, hidden: bool = False) -> None:
 GRAPH_MASK = Part("graph_attention_mask", CHAPTER, arguments=("adjacency",), compare=_compare_masks)
 
 
+@checks(GRAPH_MASK)
 def check_graph_attention_mask(fn, hidden: bool = False) -> None:
     """Check the mask of self-attention on a graph: edges ``i → j``, self-loops, any dtype."""
-    run(GRAPH_MASK, fn, hidden)
 
 
+@checks(ArgumentCheck("graph_attention_mask", CHAPTER, lambda: [("adjacency", (torch.ones(3, 4),), {}),
+                                                                ("adjacency", (torch.ones(4),), {})]))
 def check_graph_attention_mask_arguments(fn, hidden: bool = False) -> None:
     """A non-square adjacency raises ``ValueError``."""
-    expect_value_errors("graph_attention_mask", fn, [("adjacency", (torch.ones(3, 4),), {}),
-                                                     ("adjacency", (torch.ones(4),), {})])
 
 
 # --------------------------------------------------------------------------------------
@@ -95,20 +112,20 @@ SPLIT = Part("split_heads", CHAPTER, arguments=("X",), atol=0, rtol=0)
 MERGE = Part("merge_heads", CHAPTER, arguments=("X",), atol=0, rtol=0)
 
 
+@checks(SPLIT)
 def check_split_heads(fn, hidden: bool = False) -> None:
     """Check ``split_heads`` element by element on numbered tensors: head ``i`` holds features ``i·d … (i+1)·d - 1``."""
-    run(SPLIT, fn, hidden)
 
 
+@checks(ArgumentCheck("split_heads", CHAPTER, lambda: [("num_heads", (torch.zeros(2, 3, 10), 4), {}),
+                                                       ("X", (torch.zeros(3, 8), 2), {})]))
 def check_split_heads_arguments(fn, hidden: bool = False) -> None:
     """A width that ``num_heads`` does not divide, or ``X`` not 3-D, raise ``ValueError``."""
-    expect_value_errors("split_heads", fn, [("num_heads", (torch.zeros(2, 3, 10), 4), {}),
-                                            ("X", (torch.zeros(3, 8), 2), {})])
 
 
+@checks(MERGE)
 def check_merge_heads(fn, hidden: bool = False) -> None:
     """Check ``merge_heads`` element by element on numbered tensors: the exact inverse of ``split_heads``."""
-    run(MERGE, fn, hidden)
 
 
 # --------------------------------------------------------------------------------------
@@ -168,38 +185,64 @@ def _expect_pytorch_module_output(case: Case, args, kwargs, result) -> None:
                       output * defined, expected.nan_to_num(0) * defined)
 
 
-def _expect_structure_and_dropout(cls) -> None:
-    """Four ``nn.Linear(num_hiddens, num_hiddens)`` layers, bias as asked; dropout in training mode only."""
-    case = Case("MultiHeadAttention", "MultiHeadAttention(16, 4, dropout=0.5)")
-    for bias in (False, True):
-        model = case.call(cls, 16, 4, dropout=0.5, bias=bias)
-        case.check(isinstance(model, nn.Module), "should be a subclass of torch.nn.Module")
-        for name in PROJECTIONS:
-            layer = getattr(model, name, None)
-            case.check(isinstance(layer, nn.Linear) and (layer.in_features, layer.out_features) == (16, 16),
-                       f"`{name}` should be nn.Linear(num_hiddens, num_hiddens), found {layer!r}")
-            case.check((layer.bias is not None) == bias, f"`{name}` should {'' if bias else 'not '}have a bias "
-                                                         f"when bias={bias}")
+def _structure_inputs() -> list[Call]:
     g = torch.Generator().manual_seed(5)
     weights = {name: torch.randn(16, 16, generator=g) / 4 for name in PROJECTIONS}
     x = torch.randn(2, 12, 16, generator=g)
-    model, plain = case.call(cls, 16, 4, dropout=0.5), case.call(cls, 16, 4, dropout=0.0)
-    _load(model, weights)
-    _load(plain, weights)
-    model.eval()
-    plain.eval()
-    with torch.no_grad():
-        evaluated, again, without = case.call(model, x, x, x), case.call(model, x, x, x), case.call(plain, x, x, x)
-        case.expect_close("the output in evaluation mode (dropout must be off)", evaluated, without)
-        case.expect_close("a second output in evaluation mode", again, evaluated)
-        model.train()
-        trained = case.call(model, x, x, x)
-    case.check(not torch.allclose(trained, evaluated), "dropout=0.5 changes nothing in training mode: drop attention "
-                                                        "weights with nn.Dropout (self.training decides)")
-    _expect_dropout_on_the_weights(case, cls)
+    values = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(6))
+    return [Call("MultiHeadAttention(16, 4, dropout=0.5)", (weights, x, values))]
 
 
-def _expect_dropout_on_the_weights(case: Case, cls) -> None:
+def _structure_and_dropout(cls):
+    """``(weights, x, x2) -> {layers with and without bias, outputs in evaluation and training mode}``.
+
+    Built with dropout 0.5 and with 0, the case's weights loaded: two outputs in evaluation
+    mode, one with dropout 0, one in training mode; then, with identity projections and
+    every value row equal to ones, one output in training mode (see
+    :func:`_expect_dropout_on_the_weights`).
+    """
+
+    def look(weights, x, x2):
+        layers = {f"bias={bias}": describe_module(cls(16, 4, dropout=0.5, bias=bias)) for bias in (False, True)}
+        model, plain = cls(16, 4, dropout=0.5), cls(16, 4, dropout=0.0)
+        _load(model, weights)
+        _load(plain, weights)
+        model.eval()
+        plain.eval()
+        with torch.no_grad():
+            evaluated, again, without = model(x, x, x), model(x, x, x), plain(x, x, x)
+            model.train()
+            trained = model(x, x, x)
+            identity = cls(16, 4, dropout=0.5)
+            _load(identity, {name: torch.eye(16) for name in PROJECTIONS})
+            identity.train()
+            ones = identity(x2, x2, torch.ones(2, 12, 16))
+        return {"layers": layers, "evaluated": evaluated, "again": again, "without": without, "trained": trained,
+                "ones": ones}
+
+    return look
+
+
+def _expect_structure_and_dropout(case: Case, args, kwargs, seen) -> None:
+    """Four ``nn.Linear(num_hiddens, num_hiddens)`` layers, bias as asked; dropout in training mode only,
+    on the attention weights."""
+    for bias in (False, True):
+        model = seen["layers"][f"bias={bias}"]
+        case.check(model["is_module"], "should be a subclass of torch.nn.Module")
+        for name in PROJECTIONS:
+            layer = model["layers"].get(name, {})
+            case.check(layer.get("type") == "Linear" and (layer.get("in"), layer.get("out")) == (16, 16),
+                       f"`{name}` should be nn.Linear(num_hiddens, num_hiddens), found {layer.get('type', 'nothing')}")
+            case.check(layer.get("bias") == bias, f"`{name}` should {'' if bias else 'not '}have a bias when bias={bias}")
+    case.expect_close("the output in evaluation mode (dropout must be off)", seen["evaluated"], seen["without"])
+    case.expect_close("a second output in evaluation mode", seen["again"], seen["evaluated"])
+    case.check(not torch.allclose(seen["trained"], seen["evaluated"]), "dropout=0.5 changes nothing in training mode: "
+                                                                      "drop attention weights with nn.Dropout "
+                                                                      "(self.training decides)")
+    _expect_dropout_on_the_weights(case, seen["ones"])
+
+
+def _expect_dropout_on_the_weights(case: Case, output: torch.Tensor) -> None:
     """Dropout acts on the attention weights, not on the output.
 
     With identity projections and every value row equal to ones, each head's output is
@@ -207,33 +250,27 @@ def _expect_dropout_on_the_weights(case: Case, cls) -> None:
     features of one head are equal whatever dropout drops from the weights. Dropout on the
     output zeroes single features instead.
     """
-    model = case.call(cls, 16, 4, dropout=0.5)
-    _load(model, {name: torch.eye(16) for name in PROJECTIONS})
-    model.train()
-    x = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(6))
-    with torch.no_grad():
-        output = case.call(model, x, x, torch.ones(2, 12, 16))
     per_head = output.reshape(2, 12, 4, 4)  # (batch, q, heads·d) -> (batch, q, heads, d)
     case.check(torch.allclose(per_head, per_head[..., :1].expand_as(per_head)),
                "in training mode, dropout acts on the output, not on the attention weights: apply nn.Dropout to the "
                "weights before they multiply the values")
 
 
+STRUCTURE = Probe("layers and dropout", _structure_inputs, _structure_and_dropout, _expect_structure_and_dropout)
 MODULE = Part("MultiHeadAttention", CHAPTER, arguments=("queries", "keys", "values", "mask"),
               outputs=("output", "attention_weights"), adapt=_forward_with_weights, extra=_expect_pytorch_module_output,
-              before=_expect_structure_and_dropout, forbid_library=True,
-              depends_on={"split_heads": SPLIT, "merge_heads": MERGE})
+              probes=(STRUCTURE,), forbid_library=True, depends_on={"split_heads": SPLIT, "merge_heads": MERGE})
 
 
+@checks(MODULE)
 def check_multi_head_attention(cls, hidden: bool = False) -> None:
     """Check the module against the reference and ``nn.MultiheadAttention`` with the same weights:
     1 to 4 heads, self- and cross-attention, masks of every broadcast shape, bias, dropout."""
-    run(MODULE, cls, hidden)
 
 
+@checks(ArgumentCheck("MultiHeadAttention", CHAPTER, lambda: [("num_heads", (10, 3), {}), ("num_heads", (8, 0), {})]))
 def check_multi_head_attention_arguments(cls, hidden: bool = False) -> None:
-    """``num_heads`` that does not divide ``num_hiddens`` raises ``ValueError``."""
-    expect_value_errors("MultiHeadAttention", cls, [("num_heads", (10, 3), {}), ("num_heads", (8, 0), {})])
+    """``num_heads`` that is not a positive divisor of ``num_hiddens`` raises ``ValueError``."""
 
 
 # --------------------------------------------------------------------------------------
@@ -261,9 +298,9 @@ PARAMETERS = Part("mha_parameter_count", CHAPTER, compare=_expect_same_count, ex
                   on_devices=False, meta=False)
 
 
+@checks(PARAMETERS)
 def check_mha_parameter_count(fn, hidden: bool = False) -> None:
     """Check the count for narrow and wide heads, with and without bias."""
-    run(PARAMETERS, fn, hidden)
 
 
 PARTS = {part.name: part for part in (SELF_ATTENTION, GRAPH_MASK, SPLIT, MERGE, MODULE, PARAMETERS)}

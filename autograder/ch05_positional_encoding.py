@@ -2,8 +2,9 @@
 
 One ``check_<part>(answer, hidden=False)`` per graded part of contract section 05 (and
 ``rotary_attention``, which closes the rotary part), and ``check_<part>_arguments(answer)``
-for the ``ValueError``s, graded apart. Every check goes through the course's case runner
-(``autograder.runner``); this module holds only what is special to each part: the offset
+for the ``ValueError``s, graded apart. Each part is declared as data (``autograder.parts``)
+and judged by the course's judge (``autograder.judge``); this module holds only what is
+special to each part: the offset
 property on every position, rotary's norms and relative positions, dropout in training
 mode only, trainable tables.
 """
@@ -15,8 +16,9 @@ import math
 import torch
 from torch import nn
 
-from .core import Case
-from .runner import Part, expect_module_value_errors, expect_value_errors, run
+from .core import Case, describe_module
+from .judge import checks
+from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch05_positional_encoding"
 
@@ -27,14 +29,15 @@ CHAPTER = "ch05_positional_encoding"
 TABLE = Part("sinusoidal_encoding", CHAPTER, atol=5e-4, rtol=0, on_devices=False, meta=False)
 
 
+@checks(TABLE)
 def check_sinusoidal_encoding(fn, hidden: bool = False) -> None:
     """Check the table against ``sin``/``cos`` of ``t / 10000^(2i/d)`` for many sizes (float32, within 5e-4)."""
-    run(TABLE, fn, hidden)
 
 
+@checks(ArgumentCheck("sinusoidal_encoding", CHAPTER, lambda: [("num_hiddens", (10, 7), {}),
+                                                               ("num_hiddens", (4, 1), {})]))
 def check_sinusoidal_encoding_arguments(fn, hidden: bool = False) -> None:
     """An odd ``num_hiddens`` raises ``ValueError``."""
-    expect_value_errors("sinusoidal_encoding", fn, [("num_hiddens", (10, 7), {}), ("num_hiddens", (4, 1), {})])
 
 
 def _adding_module(cls):
@@ -47,17 +50,25 @@ def _adding_module(cls):
     return add
 
 
-def _expect_dropout_in_training_only(cls) -> None:
-    case = Case("PositionalEncoding", "PositionalEncoding(16, dropout=0.5, max_len=50) on zeros (2, 20, 16)")
-    module = case.call(cls, 16, 0.5, max_len=50)
-    case.check(isinstance(module, nn.Module), "should be a subclass of torch.nn.Module")
-    X = torch.zeros(2, 20, 16)
-    module.eval()
-    evaluated = case.call(module, X)
-    plain = case.call(cls(16, 0.0, max_len=50).eval(), X)
+def _in_both_modes(cls):
+    """``(X) -> {module?, evaluation, dropout 0, training}``: PositionalEncoding(16, 0.5, max_len=50) on ``X``."""
+
+    def look(X):
+        module = cls(16, 0.5, max_len=50)
+        described = describe_module(module)
+        module.eval()
+        evaluated = module(X)
+        plain = cls(16, 0.0, max_len=50).eval()(X)
+        module.train()
+        return {"is_module": described["is_module"], "evaluated": evaluated, "plain": plain, "trained": module(X)}
+
+    return look
+
+
+def _expect_dropout_in_training_only(case: Case, args, kwargs, seen) -> None:
+    case.check(seen["is_module"], "should be a subclass of torch.nn.Module")
+    evaluated, plain, trained = seen["evaluated"], seen["plain"], seen["trained"]
     case.expect_close("the output in evaluation mode (dropout must be off)", evaluated, plain, atol=5e-4)
-    module.train()
-    trained = case.call(module, X)
     dropped = (trained == 0) & (plain != 0)
     case.check(bool(dropped.any()), "dropout=0.5 drops nothing in training mode: apply nn.Dropout after adding the table")
     kept = ~dropped & (plain != 0)
@@ -65,19 +76,21 @@ def _expect_dropout_in_training_only(cls) -> None:
                       atol=1e-3)
 
 
-MODULE = Part("PositionalEncoding", CHAPTER, arguments=("X",), adapt=_adding_module, atol=5e-4,
-              before=_expect_dropout_in_training_only, forbid_library=True,
-              depends_on={"sinusoidal_encoding": TABLE})
+DROPOUT = Probe("dropout", lambda: [Call("PositionalEncoding(16, dropout=0.5, max_len=50) on zeros (2, 20, 16)",
+                                         (torch.zeros(2, 20, 16),))], _in_both_modes, _expect_dropout_in_training_only)
+MODULE = Part("PositionalEncoding", CHAPTER, arguments=("X",), adapt=_adding_module, atol=5e-4, probes=(DROPOUT,),
+              forbid_library=True, depends_on={"sinusoidal_encoding": TABLE})
 
 
+@checks(MODULE)
 def check_positional_encoding(cls, hidden: bool = False) -> None:
     """Check the module: ``X`` plus the table in evaluation mode, dropout in training mode only."""
-    run(MODULE, cls, hidden)
 
 
+@checks(ArgumentCheck("PositionalEncoding", CHAPTER, lambda: [("max_len", (torch.zeros(2, 11, 8),), {})],
+                      construct=(8, 0.0, 10)))
 def check_positional_encoding_arguments(cls, hidden: bool = False) -> None:
     """A sequence longer than ``max_len`` raises ``ValueError``."""
-    expect_module_value_errors("PositionalEncoding", cls, (8, 0.0, 10), [("max_len", (torch.zeros(2, 11, 8),), {})])
 
 
 # --------------------------------------------------------------------------------------
@@ -109,9 +122,9 @@ OFFSET = Part("relative_offset_matrix", CHAPTER, atol=1e-5, extra=_expect_offset
               on_devices=False, meta=False)
 
 
+@checks(OFFSET)
 def check_relative_offset_matrix(fn, hidden: bool = False) -> None:
     """Check ``M`` against the rotation blocks, and ``P[t + offset] = P[t] @ M`` on every position."""
-    run(OFFSET, fn, hidden)
 
 
 # --------------------------------------------------------------------------------------
@@ -125,52 +138,70 @@ def _expect_norms_kept(case: Case, args, kwargs, result) -> None:
                       X.norm(dim=-1), atol=1e-4)
 
 
-def _expect_relative_positions(fn) -> None:
-    """``<R(q, m), R(k, n)>`` is unchanged when both positions move by the same amount."""
+#: (m, n, shift): positions of q and k, then both moved by shift.
+_SHIFTS = ((3, 7, 10), (0, 5, 250), (40, 2, -33))
+
+
+def _relative_inputs() -> list[Call]:
     g = torch.Generator().manual_seed(6)
     q, k = torch.randn(1, 16, generator=g, dtype=torch.float64), torch.randn(1, 16, generator=g, dtype=torch.float64)
-    case = Case("apply_rotary", "q and k (1, 16) in float64 at positions (m, n) and (m + s, n + s)")
-    for m, n, shift in ((3, 7, 10), (0, 5, 250), (40, 2, -33)):
-        here = (case.call(fn, q, torch.tensor([m])) * case.call(fn, k, torch.tensor([n]))).sum()
-        there = (case.call(fn, q, torch.tensor([m + shift])) * case.call(fn, k, torch.tensor([n + shift]))).sum()
+    return [Call("q and k (1, 16) in float64 at positions (m, n) and (m + s, n + s)", (q, k))]
+
+
+def _dot_products(fn):
+    """``(q, k) -> [(<R(q, m), R(k, n)>, <R(q, m + s), R(k, n + s)>) for each (m, n, s)]``."""
+
+    def dots(q, k):
+        at = lambda x, p: fn(x, torch.tensor([p]))  # noqa: E731
+        return [((at(q, m) * at(k, n)).sum(), (at(q, m + s) * at(k, n + s)).sum()) for m, n, s in _SHIFTS]
+
+    return dots
+
+
+def _expect_relative_positions(case: Case, args, kwargs, pairs) -> None:
+    """``<R(q, m), R(k, n)>`` is unchanged when both positions move by the same amount."""
+    for (m, n, shift), (here, there) in zip(_SHIFTS, pairs, strict=True):
         case.check(math.isclose(float(here), float(there), rel_tol=1e-6, abs_tol=1e-8),
                    f"the dot product at positions ({m}, {n}) is {float(here):.6f} but at ({m + shift}, {n + shift}) "
                    f"it is {float(there):.6f}: it must depend on m - n only")
 
 
+RELATIVE = Probe("relative positions", _relative_inputs, _dot_products, _expect_relative_positions)
 ROTARY = Part("apply_rotary", CHAPTER, arguments=("X", "positions"), atol=1e-4, extra=_expect_norms_kept,
-              before=_expect_relative_positions)
+              probes=(RELATIVE,))
 
 
+@checks(ROTARY)
 def check_apply_rotary(fn, hidden: bool = False) -> None:
     """Check rotary embedding: the pairs turned, norms kept, dot products depending on relative positions."""
-    run(ROTARY, fn, hidden)
 
 
+@checks(ArgumentCheck("apply_rotary", CHAPTER, lambda: [("X", (torch.zeros(4, 5), torch.arange(4)), {}),
+                                                        ("positions", (torch.zeros(4, 6), torch.arange(3)), {})]))
 def check_apply_rotary_arguments(fn, hidden: bool = False) -> None:
     """An odd width, or positions that are not ``(n,)``, raise ``ValueError``."""
-    expect_value_errors("apply_rotary", fn, [("X", (torch.zeros(4, 5), torch.arange(4)), {}),
-                                             ("positions", (torch.zeros(4, 6), torch.arange(3)), {})])
 
 
-def _expect_positions_in_scores_only(fn) -> None:
+def _expect_positions_in_scores_only(case: Case, args, kwargs, result) -> None:
     """Values are not rotated: with identical queries and keys everywhere the output is the plain average."""
-    case = Case("rotary_attention", "queries = keys = zeros (1, 4, 6), values (1, 4, 2), positions [0, 1, 2, 3]")
-    values = torch.arange(8.0).reshape(1, 4, 2)
-    zeros = torch.zeros(1, 4, 6)
-    output, _ = case.call(fn, zeros, zeros, values, torch.arange(4))
+    values = args[2]
+    output, _ = result
     case.expect_close("the output (uniform weights average the values, which must not be rotated)", output,
                       values.mean(dim=1, keepdim=True).expand(1, 4, 2))
 
 
+VALUES_UNROTATED = Probe("values", lambda: [Call("queries = keys = zeros (1, 4, 6), values (1, 4, 2), positions "
+                                                 "[0, 1, 2, 3]", (torch.zeros(1, 4, 6), torch.zeros(1, 4, 6),
+                                                                  torch.arange(8.0).reshape(1, 4, 2), torch.arange(4)))],
+                         lambda fn: fn, _expect_positions_in_scores_only)
 ROTARY_ATTENTION = Part("rotary_attention", CHAPTER, arguments=("queries", "keys", "values", "positions"),
-                        outputs=("output", "weights"), atol=1e-4, before=_expect_positions_in_scores_only,
+                        outputs=("output", "weights"), atol=1e-4, probes=(VALUES_UNROTATED,),
                         forbid_library=True, depends_on={"apply_rotary": ROTARY})
 
 
+@checks(ROTARY_ATTENTION)
 def check_rotary_attention(fn, hidden: bool = False) -> None:
     """Check attention with rotary queries and keys (values unrotated) against the reference."""
-    run(ROTARY_ATTENTION, fn, hidden)
 
 
 # --------------------------------------------------------------------------------------
@@ -194,33 +225,47 @@ def _with_table(cls):
     return add
 
 
-def _expect_trainable_embedding(cls) -> None:
-    case = Case("LearnedPositionalEmbedding", "LearnedPositionalEmbedding(12, 4)")
-    module = case.call(cls, 12, 4)
-    case.check(isinstance(module, nn.Module), "should be a subclass of torch.nn.Module")
-    embedding = _embedding_of(module)
-    case.check(embedding is not None and (embedding.num_embeddings, embedding.embedding_dim) == (12, 4),
-               "should hold an nn.Embedding(max_len, num_hiddens) = nn.Embedding(12, 4)")
-    case.check(any(p is embedding.weight for p in module.parameters()) and embedding.weight.requires_grad,
-               "the embedding's table should be a trainable parameter of the module")
-    output = case.call(module, torch.zeros(2, 5, 4))
-    (gradient,) = torch.autograd.grad(output.sum(), embedding.weight)
+def _trainable_table(cls):
+    """``(X) -> {module?, the embedding's size, whether its table is a trainable parameter, its gradient}``:
+    ``LearnedPositionalEmbedding(12, 4)`` on ``X``, the gradient that ``output.sum()`` sends to the table."""
+
+    def look(X):
+        module = cls(12, 4)
+        embedding = _embedding_of(module) if isinstance(module, nn.Module) else None
+        seen = {"is_module": isinstance(module, nn.Module), "size": None, "trainable": False, "gradient": None}
+        if embedding is not None:
+            seen["size"] = (embedding.num_embeddings, embedding.embedding_dim)
+            seen["trainable"] = any(p is embedding.weight for p in module.parameters()) and embedding.weight.requires_grad
+            (seen["gradient"],) = torch.autograd.grad(module(X).sum(), embedding.weight)
+        return seen
+
+    return look
+
+
+def _expect_trainable_embedding(case: Case, args, kwargs, seen) -> None:
+    case.check(seen["is_module"], "should be a subclass of torch.nn.Module")
+    case.check(seen["size"] == (12, 4), "should hold an nn.Embedding(max_len, num_hiddens) = nn.Embedding(12, 4)")
+    case.check(seen["trainable"], "the embedding's table should be a trainable parameter of the module")
+    gradient = seen["gradient"]
     case.check(bool((gradient[:5] == 2).all() and (gradient[5:] == 0).all()),
                "the gradient should reach rows 0 … n-1 of the table (once per sequence) and no other row")
 
 
-LEARNED = Part("LearnedPositionalEmbedding", CHAPTER, arguments=("X",), adapt=_with_table,
-               before=_expect_trainable_embedding)
+TRAINABLE = Probe("trainable table", lambda: [Call("LearnedPositionalEmbedding(12, 4) on zeros (2, 5, 4)",
+                                                   (torch.zeros(2, 5, 4),))], _trainable_table,
+                  _expect_trainable_embedding)
+LEARNED = Part("LearnedPositionalEmbedding", CHAPTER, arguments=("X",), adapt=_with_table, probes=(TRAINABLE,))
 
 
+@checks(LEARNED)
 def check_learned_positional_embedding(cls, hidden: bool = False) -> None:
     """Check the learned table: ``X`` plus its first ``n`` rows, a trainable ``nn.Embedding``."""
-    run(LEARNED, cls, hidden)
 
 
+@checks(ArgumentCheck("LearnedPositionalEmbedding", CHAPTER, lambda: [("max_len", (torch.zeros(1, 7, 3),), {})],
+                      construct=(6, 3)))
 def check_learned_positional_embedding_arguments(cls, hidden: bool = False) -> None:
     """A sequence longer than ``max_len`` raises ``ValueError``."""
-    expect_module_value_errors("LearnedPositionalEmbedding", cls, (6, 3), [("max_len", (torch.zeros(1, 7, 3),), {})])
 
 
 PARTS = {part.name: part for part in (TABLE, MODULE, OFFSET, ROTARY, ROTARY_ATTENTION, LEARNED)}

@@ -1,9 +1,9 @@
 """Checks of assignment 06_transformer: the Transformer block and memory-efficient attention.
 
 One ``check_<part>(answer, hidden=False)`` per graded part of contract section 06, and
-``check_chunked_attention_arguments`` for the ``ValueError``s, graded apart. Every check
-goes through the course's case runner (``autograder.runner``); this module holds what is
-special to each part (the block's padding and dropout, chunked attention's memory, the
+``check_chunked_attention_arguments`` for the ``ValueError``s, graded apart. Each part is
+declared as data (``autograder.parts``) and judged by the course's judge
+(``autograder.judge``); this module holds what is special to each part (the block's padding and dropout, chunked attention's memory, the
 sorting model's accuracy on freshly drawn sequences within a time limit) and the sorting
 task's data, which the exercise and the book share.
 """
@@ -11,14 +11,14 @@ task's data, which the exercise and the book share.
 from __future__ import annotations
 
 import math
-import time
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import Case, attention_rounding, largest_tensor_created
-from .runner import Part, expect_value_errors, run
+from .core import Case, attention_rounding, describe_module, largest_tensor_created
+from .judge import checks
+from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch06_transformer"
 
@@ -143,32 +143,47 @@ def _block_run(cls):
     return forward
 
 
-def _expect_structure_and_dropout(cls) -> None:
+def _block_in_both_modes(cls):
+    """``(X) -> {layers, two outputs in evaluation mode, one in training mode}`` of
+    ``TransformerEncoderBlock(16, 32, 4, dropout=0.5)`` on ``X``."""
+
+    def look(X):
+        block = cls(16, 32, 4, 0.5)
+        seen = {"layers": describe_module(block)}
+        block.eval()
+        with torch.no_grad():
+            seen["first"], seen["second"] = block(X, None), block(X, None)
+            block.train()
+            seen["trained"] = block(X, None)
+        return seen
+
+    return look
+
+
+def _expect_structure_and_dropout(case: Case, args, kwargs, seen) -> None:
     """``attention``, ``norm1``, ``ffn``, ``norm2`` as named; dropout in training mode only."""
-    case = Case("TransformerEncoderBlock", "TransformerEncoderBlock(16, 32, 4, dropout=0.5)")
-    block = case.call(cls, 16, 32, 4, 0.5)
-    case.check(isinstance(block, nn.Module), "should be a subclass of torch.nn.Module")
-    for name, kind in (("attention", nn.Module), ("norm1", nn.LayerNorm), ("ffn", nn.Module), ("norm2", nn.LayerNorm)):
-        case.check(isinstance(getattr(block, name, None), kind), f"should have a layer `{name}` ({kind.__name__})")
-    X = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(3))
-    block.eval()
-    with torch.no_grad():
-        first, second = case.call(block, X, None), case.call(block, X, None)
-        case.expect_close("a second output in evaluation mode (dropout must be off)", second, first)
-        block.train()
-        trained = case.call(block, X, None)
-    case.check(not torch.allclose(trained, first), "dropout=0.5 changes nothing in training mode")
+    block = seen["layers"]
+    case.check(block["is_module"], "should be a subclass of torch.nn.Module")
+    for name, kind in (("attention", None), ("norm1", "LayerNorm"), ("ffn", None), ("norm2", "LayerNorm")):
+        layer = block["layers"].get(name)
+        case.check(layer is not None and (kind is None or layer["type"] == kind),
+                   f"should have a layer `{name}` ({kind or 'nn.Module'})")
+    case.expect_close("a second output in evaluation mode (dropout must be off)", seen["second"], seen["first"])
+    case.check(not torch.allclose(seen["trained"], seen["first"]), "dropout=0.5 changes nothing in training mode")
 
 
+BLOCK_DROPOUT = Probe("layers and dropout", lambda: [Call("TransformerEncoderBlock(16, 32, 4, dropout=0.5)",
+                                                          (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(3)),))],
+                      _block_in_both_modes, _expect_structure_and_dropout)
 BLOCK = Part("TransformerEncoderBlock", CHAPTER, arguments=("X", "valid_lens"), adapt=_block_run, atol=1e-4,
-             before=_expect_structure_and_dropout, forbid_library=True,
+             probes=(BLOCK_DROPOUT,), forbid_library=True,
              depends_on={"MultiHeadAttention": FallbackMultiHeadAttention})
 
 
+@checks(BLOCK)
 def check_transformer_encoder_block(cls, hidden: bool = False) -> None:
     """Check the post-norm block against the reference with the same weights: valid lengths
     (a length 0 included), 1 to 4 heads, bias, dropout in training mode only."""
-    run(BLOCK, cls, hidden)
 
 
 # --------------------------------------------------------------------------------------
@@ -191,89 +206,108 @@ def _chunked_rounding(queries, keys, values, chunk_size, mask=None) -> float:
     return attention_rounding(queries, keys, values, rescales=math.ceil(keys.shape[-2] / max(chunk_size, 1)))
 
 
-def _expect_chunk_sized_memory(fn) -> None:
-    """With 64 queries and 4096 keys, no tensor may approach the (64, 4096) score matrix.
+#: The memory probe: 64 queries, 4096 keys of width 8, values of width 4, chunks of 64.
+_Q, _K, _D, _V, _CHUNK = 64, 4096, 8, 4, 64
+
+
+def _long_inputs() -> list[Call]:
+    g = torch.Generator().manual_seed(0)
+    args = (torch.randn(_Q, _D, generator=g), torch.randn(_K, _D, generator=g), torch.randn(_K, _V, generator=g), _CHUNK)
+    return [Call(f"queries ({_Q}, {_D}), keys ({_K}, {_D}), values ({_K}, {_V}), chunk_size={_CHUNK}", args)]
+
+
+def _expect_chunk_sized_memory(case: Case, args, kwargs, largest) -> None:
+    """No tensor may approach the (64, 4096) score matrix.
 
     A few ``(q, chunk_size)`` blocks, or a copy of an input, are fine: the largest tensor may
     have up to ``max(4·q·chunk_size, k·d)`` elements, an eighth of the ``q·k`` score matrix.
     """
-    q, k, d, v, chunk = 64, 4096, 8, 4, 64
-    g = torch.Generator().manual_seed(0)
-    args = (torch.randn(q, d, generator=g), torch.randn(k, d, generator=g), torch.randn(k, v, generator=g), chunk)
-    case = Case("chunked_attention", f"queries ({q}, {d}), keys ({k}, {d}), values ({k}, {v}), chunk_size={chunk}")
-    largest = case.call(largest_tensor_created, fn, *args)
-    budget = max(4 * q * chunk, k * d)
-    case.check(largest <= budget, f"creates a tensor of {largest} elements; the (q, chunk_size) block has {q * chunk} "
-                                  f"and the whole score matrix {q * k}: process the keys one chunk at a time")
+    budget = max(4 * _Q * _CHUNK, _K * _D)
+    case.check(int(largest) <= budget, f"creates a tensor of {largest} elements; the (q, chunk_size) block has "
+                                       f"{_Q * _CHUNK} and the whole score matrix {_Q * _K}: process the keys one chunk "
+                                       "at a time")
 
 
+CHUNK_MEMORY = Probe("memory", _long_inputs, lambda fn: lambda *args: largest_tensor_created(fn, *args),
+                     _expect_chunk_sized_memory, inside=True)
 CHUNKED = Part("chunked_attention", CHAPTER, arguments=("queries", "keys", "values"), rounding=_chunked_rounding,
-               before=_expect_chunk_sized_memory, forbid_library=True)
+               probes=(CHUNK_MEMORY,), forbid_library=True)
 
 
+@checks(CHUNKED)
 def check_chunked_attention(fn, hidden: bool = False) -> None:
     """Check chunked attention against full attention: chunk sizes that do not divide the keys,
     masks with empty rows, scores in the thousands, float16 and bfloat16, and its memory."""
-    run(CHUNKED, fn, hidden)
 
 
+def _bad_chunks() -> list[tuple[str, tuple, dict]]:
+    q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
+    return [("chunk_size", (q, k, v, 0), {}), ("chunk_size", (q, k, v, -2), {})]
+
+
+@checks(ArgumentCheck("chunked_attention", CHAPTER, _bad_chunks))
 def check_chunked_attention_arguments(fn, hidden: bool = False) -> None:
     """A chunk size below 1 raises ``ValueError``."""
-    q, k, v = torch.randn(3, 4), torch.randn(5, 4), torch.randn(5, 2)
-    expect_value_errors("chunked_attention", fn, [("chunk_size", (q, k, v, 0), {}), ("chunk_size", (q, k, v, -2), {})])
 
 
 # --------------------------------------------------------------------------------------
 # The sorting Transformer
 # --------------------------------------------------------------------------------------
 
-_TRAINED: dict = {}  # (answer, seed) -> (model, reported accuracy, seconds): one training per kernel
+_TRAINED: dict = {}  # (answer, seed) -> what it returned: one training per process
 
 
 def _trained(train, seed: int):
     key = (train, seed)
     if key not in _TRAINED:
-        started = time.perf_counter()
-        result = train(seed=seed)
-        _TRAINED[key] = (result, time.perf_counter() - started)
+        _TRAINED[key] = train(seed=seed)
     return _TRAINED[key]
 
 
-def _accuracy_on_fresh_sequences(train):
-    """``(seed, test_seed) -> (reported accuracy, measured accuracy, seconds)``."""
+def _predictions_on(train):
+    """``(seed, digits) -> (reported accuracy, the model's predictions on digits)``, training once per seed.
 
-    def evaluate(seed, test_seed):
-        result, seconds = _trained(train, seed)
+    The first call trains (the judge times it from outside); the held-out ``digits`` are
+    drawn by the judge, which computes the accuracy itself from the predictions.
+    """
+
+    def predict(seed, digits):
+        result = _trained(train, seed)
         if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
-            return result, None, seconds
+            return result, None
         model, reported = result
         model.eval()
-        digits, targets = make_sorting_batch(2000, torch.Generator().manual_seed(test_seed))
-        return reported, per_token_accuracy(model, digits, targets), seconds
+        device = next(model.parameters()).device
+        with torch.no_grad():
+            return reported, model(digits.to(device)).argmax(dim=-1).cpu()  # (batch, n, 10) -> (batch, n)
 
-    return evaluate
+    return predict
 
 
-def _expect_accurate_in_time(case: Case, result, expected) -> None:
-    reported, measured, seconds = result
-    case.check(measured is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
-    case.check(seconds <= TRAINING_SECONDS, f"training took {seconds:.0f} s; it must finish within "
-                                            f"{TRAINING_SECONDS:.0f} s here (the contract: 60 s on 2 CPU cores)")
+def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
+    """Trained within the time limit (measured by the judge), and right on the judge's fresh sequences."""
+    digits = args[1]
+    reported, predictions = result
+    case.check(predictions is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
+    case.check(case.seconds <= TRAINING_SECONDS, f"training took {case.seconds:.0f} s; it must finish within "
+                                                 f"{TRAINING_SECONDS:.0f} s here (the contract: 60 s on 2 CPU cores)")
     case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
                                                                       f"got {reported!r}")
+    case.expect_tensor("the predictions", predictions, shape=digits.shape, dtype=torch.int64, device="cpu")
+    measured = (predictions == digits.sort(dim=-1).values).float().mean().item()
     case.check(measured >= REQUIRED_ACCURACY, f"the model sorts {measured:.1%} of the digits of fresh sequences "
                                               f"correctly; it needs {REQUIRED_ACCURACY:.0%}")
 
 
-SORTING = Part("train_sorting_transformer", CHAPTER, adapt=_accuracy_on_fresh_sequences,
-               compare=_expect_accurate_in_time, on_devices=False, meta=False, compare_with_reference=False,
+SORTING = Part("train_sorting_transformer", CHAPTER, adapt=_predictions_on,
+               extra=_expect_accurate_in_time, on_devices=False, meta=False, compare_with_reference=False,
                depends_on={"TransformerEncoderBlock": FallbackEncoderBlock,
                            "MultiHeadAttention": FallbackMultiHeadAttention})
 
 
+@checks(SORTING)
 def check_train_sorting_transformer(fn, hidden: bool = False) -> None:
     """Train once (``seed=0``) within the time limit; test the model on sequences drawn at check time."""
-    run(SORTING, fn, hidden)
 
 
 PARTS = {part.name: part for part in (BLOCK, CHUNKED, SORTING)}

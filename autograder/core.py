@@ -1,15 +1,16 @@
-"""Machinery shared by every assignment's checks.
+"""Machinery shared by every assignment's checks, on both sides of a check.
 
-A check calls the student's code on a series of *cases* (``runner.py`` runs them). Each
-case knows how to describe itself in a failure message. Visible cases (the ones students
-see in the notebook) may show expected and actual values; hidden cases, drawn on the
-grading side, never reveal the reference answer, only what went wrong (shape, dtype,
-device, size and position of the error).
+A check calls the student's code on a series of *cases*. Each case knows how to describe
+itself in a failure message. Visible cases (the ones students see in the notebook) may
+show expected and actual values; hidden cases, drawn on the grading side, never reveal the
+reference answer, only what went wrong (shape, dtype, device, size and position of the
+error).
 
-This module holds the assertions a case makes, the devices every check runs on (the CPU,
-and CUDA where present), the replay on PyTorch's ``meta`` device (which catches tensors
-created on a fixed device even on a machine without a GPU), the memory probe and the
-tripwires on library attention.
+For the judge (``judge.py``): the assertions a case makes, the devices every check runs
+on (the CPU, and CUDA where present), the rounding allowance of attention. For the
+respondent (``respond.py``), which runs where the answer lives: what only the answer's own
+process can measure, namely the largest tensor and the peak memory of a call, the calls of
+library attention (tripwires), and a module's layers (:func:`describe_module`).
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import torch
-
-# Errors that show a computation mixed tensors from two devices.
-_DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
 
 
 def devices() -> list[torch.device]:
@@ -54,6 +52,8 @@ class Case:
     part: str
     inputs: str
     seed: int | None = None
+    #: how long the last call took, as the judge measured it from outside the answer
+    seconds: float = 0.0
 
     @property
     def hidden(self) -> bool:
@@ -68,23 +68,6 @@ class Case:
         """``fail(problem)`` unless ``condition`` holds."""
         if not condition:
             self.fail(problem)
-
-    def call(self, fn: Callable, *args, **kwargs):
-        """Call student code quietly: warnings are recorded, never printed.
-
-        nbgrader gives 0 to a graded cell with any output on stderr, so a correct
-        answer that triggers a PyTorch warning must not print it. ``NotImplementedError``
-        (an unanswered exercise) passes through unchanged; any other exception becomes an
-        ``AssertionError`` that says which case raised it, chained to the original.
-        """
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            try:
-                return fn(*args, **kwargs)
-            except NotImplementedError:
-                raise
-            except Exception as error:
-                self.fail(f"raised {type(error).__name__}: {error}")
 
     def expect_tensor(self, name: str, actual: Any, *, shape, dtype, device) -> None:
         """Check that ``actual`` is a tensor of the given shape, dtype and device."""
@@ -116,30 +99,30 @@ class Case:
             problem += f"\n    expected: {_short(expected)}\n    got:      {_short(actual)}"
         self.fail(problem)
 
-    def expect_value_error(self, fn: Callable, argument: str, *args, **kwargs) -> None:
-        """Check that ``fn(*args, **kwargs)`` raises ``ValueError`` naming ``argument``."""
-        with warnings.catch_warnings(record=True):
-            warnings.simplefilter("always")
-            try:
-                fn(*args, **kwargs)
-            except NotImplementedError:
-                raise
-            except ValueError as error:
-                self.check(argument in str(error), f"the ValueError should name `{argument}`; its message was: {error}")
-                return
-            except Exception as error:
-                self.fail(f"should raise ValueError naming `{argument}`, raised {type(error).__name__}: {error}")
-        self.fail(f"should raise ValueError naming `{argument}`, but returned normally")
+def describe_module(model: Any) -> dict:
+    """What a probe reports of a module, as data: whether it is one, its parameters' shapes, its layers.
 
-
-def expect_own_code(case: Case, answer: Any) -> None:
-    """Fail if ``answer`` is the autograder's own reference rather than the student's code."""
-    module = getattr(answer, "__module__", "") or ""
-    case.check(
-        not module.startswith("autograder"),
-        f"is `{module}.{getattr(answer, '__name__', answer)}` from the autograder package; "
-        "write your own implementation in the notebook",
-    )
+    Returns:
+        ``{"is_module": bool, "parameters": {name: shape}, "trainable": [names], "layers":
+        {name: {"type": class name, "in": in_features, "out": out_features, "bias": bool}}}``
+        (``in``/``out``/``bias`` for layers that have them).
+    """
+    if not isinstance(model, torch.nn.Module):
+        return {"is_module": False, "parameters": {}, "trainable": [], "layers": {}}
+    layers = {}
+    for name, layer in model.named_modules():
+        if name:
+            entry = {"type": type(layer).__name__}
+            for attribute, key in (("in_features", "in"), ("out_features", "out"), ("num_embeddings", "in"),
+                                   ("embedding_dim", "out")):
+                if isinstance(getattr(layer, attribute, None), int):
+                    entry[key] = getattr(layer, attribute)
+            if hasattr(layer, "bias"):
+                entry["bias"] = isinstance(layer.bias, torch.Tensor)
+            layers[name] = entry
+    parameters = dict(model.named_parameters())
+    return {"is_module": True, "parameters": {n: list(p.shape) for n, p in parameters.items()},
+            "trainable": [n for n, p in parameters.items() if p.requires_grad], "layers": layers}
 
 
 def _short(t: torch.Tensor) -> str:
@@ -147,18 +130,6 @@ def _short(t: torch.Tensor) -> str:
     with torch.no_grad():
         text = repr(t.detach().cpu()).replace("\n", " ")
     return " ".join(text.split())[:400]
-
-
-@contextlib.contextmanager
-def unchanged(case: Case, **inputs: torch.Tensor) -> Iterator[None]:
-    """Check that the named input tensors are not modified inside the block."""
-    before = {name: t.detach().clone() for name, t in inputs.items()}
-    yield
-    for name, t in inputs.items():
-        case.check(
-            t.shape == before[name].shape and torch.equal(t.detach().nan_to_num(0), before[name].nan_to_num(0)),
-            f"modifies its input `{name}` in place; work on new tensors instead (e.g. x = x - 1, not x -= 1)",
-        )
 
 
 def to_device(args: Any, device: torch.device | str) -> Any:
@@ -183,35 +154,6 @@ def tensors_in(result: Any) -> list[torch.Tensor]:
     if isinstance(result, (tuple, list)):
         return [t for r in result for t in tensors_in(r)]
     return []
-
-
-def check_on_meta(case: Case, fn: Callable, *args, **kwargs) -> None:
-    """Replay ``fn`` on the ``meta`` device to catch tensors created on a fixed device.
-
-    The ``meta`` device has shapes and dtypes but no data. If the code builds a tensor
-    with ``torch.zeros(n)`` (on the default device) and mixes it with its inputs, the
-    call fails with a device mismatch here even on a machine without a GPU. Operations
-    that need data (``.item()``, boolean indexing) are not possible on ``meta``; the
-    replay is then inconclusive and counts as passed.
-    """
-    meta_args, meta_kwargs = to_device(args, "meta"), to_device(kwargs, "meta")
-    with warnings.catch_warnings(record=True):
-        warnings.simplefilter("always")
-        try:
-            result = fn(*meta_args, **meta_kwargs)
-        except (RuntimeError, NotImplementedError, TypeError, ValueError) as error:
-            if any(text in str(error) for text in _DEVICE_MISMATCH):
-                case.fail(_wrong_device_message(error))
-            return  # an operation meta tensors do not support: inconclusive
-    for t in tensors_in(result):
-        case.check(t.device.type == "meta", _wrong_device_message(f"returned a tensor on {t.device}"))
-
-
-def _wrong_device_message(detail: Any) -> str:
-    return (
-        "is not device-agnostic: it creates a tensor on a fixed device instead of the device of its "
-        f"inputs ({detail}). Pass device=x.device (and dtype=x.dtype), or use torch.zeros_like / x.new_zeros."
-    )
 
 
 def passed(part: str, cases: int, hidden: bool) -> None:

@@ -16,9 +16,7 @@ Checks that train a model (seconds each) are left out unless ``--training`` is g
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
-import io
 import sys
 import time
 from pathlib import Path
@@ -27,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch  # noqa: E402
 
-from autograder import runner  # noqa: E402
+from autograder.judge import LocalRespondent, judge  # noqa: E402
 
 
 def correct_answers(chapter: str, training: bool) -> list[tuple]:
@@ -39,17 +37,12 @@ def correct_answers(chapter: str, training: bool) -> list[tuple]:
 
 def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, str]]:
     """``[(key, first line of the message)]`` for every key on whose hidden cases ``answer`` fails."""
-    failed, own_key = [], runner.SEED_KEY
-    try:
-        for key in keys:
-            runner.SEED_KEY = key
-            try:
-                with contextlib.redirect_stdout(io.StringIO()):
-                    check(answer, hidden=True)
-            except AssertionError as problem:
-                failed.append((key, str(problem).splitlines()[0]))
-    finally:
-        runner.SEED_KEY = own_key  # this process's key, as it was
+    failed = []
+    for key in keys:
+        try:
+            judge(check.declaration, LocalRespondent(check.declaration, answer), hidden=True, key=key)
+        except AssertionError as problem:
+            failed.append((key, str(problem).splitlines()[0]))
     return failed
 
 

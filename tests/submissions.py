@@ -4,7 +4,8 @@ Each entry builds one student's notebook from the instructor's solution and says
 grade every part must get. The parts of 03_masking are masked_softmax (2 points),
 causal_mask (1), causal_mask_bottom_right (1), padding_mask (1), window_mask (1), masked_attention (2.5) and its
 argument checks (0.5). No part is checked through another, so a crafted mistake costs
-only the part it is in.
+only the part it is in; and every part is judged outside the student's kernel, so nothing
+a submission does inside it can make a wrong answer pass.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
     add("infinite_loop", answer(solution, "window_mask", "def window_mask(q, k, radius):\n    while True:\n        pass"),
         expect(window_mask="timeout"))
     add("calls_input", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n    return input('?')"),
-        expect(padding_mask="error"))  # IPython's StdinNotImplementedError
+        expect(padding_mask="failed"))  # the judge answers a student's input() with "", which is no mask
     add("huge_allocation", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n"
                                   "    waste = torch.ones(50 * 2**30 // 4)  # 50 GB, touched\n"
                                   "    return torch.arange(num_keys) < valid_lens[:, None, None]"),
@@ -130,20 +131,42 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
     add("kills_kernel", answer(solution, "window_mask", RIGHT_WINDOW + "\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
         expect(window_mask="error"))
 
-    # 6. tampering with the checks (each with a wrong answer that tampering would hide)
+    # 6. tampering with the checks, the judge or the kernel (each with a wrong answer it would hide): the
+    # verdict is made outside the kernel, so each gets its honest grade
     patches = {
         "patches_allclose": "torch.allclose = lambda *args, **kwargs: True\ntorch.equal = lambda *args, **kwargs: True",
         "patches_assert_close": "torch.testing.assert_close = lambda *args, **kwargs: None",
         "patches_assertion_error": "import builtins\nbuiltins.AssertionError = KeyboardInterrupt",
         "patches_autograder": "from autograder import ch03_masking\nch03_masking.check_window_mask = lambda *a, **k: None",
         "patches_traceback": "get_ipython().showtraceback = lambda *args, **kwargs: None",
-        # reached through a list, which the source scan cannot follow: the kernel's audit catches it
         "patches_via_alias": "library = [torch][0]\nsetattr(library, 'equal', lambda *a, **k: True)\n"
                              "setattr(library, 'allclose', lambda *a, **k: True)",
+        # the checks' code swapped, the judge replaced in the kernel: neither is what decides
+        "swaps_check_code": "import pkgutil\nchecks_module = pkgutil.resolve_name('autograder.ch03_masking')\n"
+                            "checks_module.check_window_mask.__code__ = (lambda fn, hidden=False: None).__code__\n"
+                            "judge_module = pkgutil.resolve_name('autograder.judge')\n"
+                            "judge_module.judge = lambda *a, **k: 1",
     }
     for student, patch in patches.items():
-        add(student, answer(solution, "window_mask", WRONG_WINDOW + "\n" + patch), expect(window_mask="tampered"))
+        add(student, answer(solution, "window_mask", WRONG_WINDOW + "\n" + patch), expect(window_mask="failed"))
     add("tensor_subclass", answer(solution, "window_mask", _always_equal_tensors()), expect(window_mask="failed"))
+    # every error reply of the kernel turned into "ok", and the respondent made to reply `True` to everything
+    forged = copy.deepcopy(blank)
+    after_imports = forged["cells"].index(cells_with(forged, "imports")[0]) + 1
+    forged["cells"].insert(after_imports, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                           "source": FORGED_REPLIES})
+    add("forges_replies", forged, {p: "failed" for p in PARTS})
+    add("calls_references", answer(solution, "window_mask", CALLS_THE_REFERENCE), expect(window_mask="failed"))
+
+    # what a submission prints or displays never carries a script, a key or a hidden test into the pages
+    leaky = copy.deepcopy(solution)
+    after_imports = leaky["cells"].index(cells_with(leaky, "imports")[0]) + 1
+    leaky["cells"].insert(after_imports, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                          "source": LEAKS_AND_INJECTS})
+    before_last_test = leaky["cells"].index(cells_with(leaky, "test_masked_attention_arguments")[0])
+    leaky["cells"].insert(before_last_test, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                             "execution_count": None, "source": LEAKS_AND_INJECTS})
+    add("leaks_and_injects", leaky, expect())
 
     # 7. escaping the sandbox: each cheat works only where the sandbox would leak
     def secret(path: Path) -> str:
@@ -185,6 +208,46 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
     # 8. answers hard-coded to the visible cases
     add("hard_coded", answer(solution, "window_mask", _hard_coded_window()), expect(window_mask="failed"))
     return entries
+
+
+FORGED_REPLIES = """
+import pkgutil
+kernel = get_ipython().kernel
+original = kernel.do_execute
+
+async def always_ok(*args, **kwargs):
+    reply = await original(*args, **kwargs)
+    reply['status'] = 'ok'  # an error in any cell, a check's included, reported as success
+    return reply
+
+kernel.do_execute = always_ok
+respondent = pkgutil.resolve_name('autograder.respond')
+wire = pkgutil.resolve_name('autograder.wire')
+respondent.serve = lambda chapter, message: respondent.exchange('reply', wire.pack({'result': True}, reply=True))
+"""
+#: Everything a kernel might know, printed, and a page's worth of scripts displayed.
+LEAKS_AND_INJECTS = """
+import os
+from IPython.display import HTML, SVG, Javascript, display
+print('environment:', dict(os.environ))
+print('history:', In)
+display(HTML("<script>document.title = 'injected-by-a-student'</script><b>bold</b>"))
+display(Javascript("document.title = 'injected-by-a-student'"))
+display(SVG('<svg xmlns="http://www.w3.org/2000/svg" onload="alert(\\'injected-by-a-student\\')"></svg>'))
+"""
+#: An answer that calls the course's own reference, by import and by its file.
+CALLS_THE_REFERENCE = """
+def window_mask(num_queries, num_keys, radius, device=None):
+    try:
+        from autograder.reference import ch03_masking as reference
+    except ImportError:
+        import importlib.util, pathlib, autograder
+        path = pathlib.Path(autograder.__file__).parent / 'reference' / 'ch03_masking.py'
+        spec = importlib.util.spec_from_file_location('stolen', path)
+        reference = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(reference)
+    return reference.window_mask(num_queries, num_keys, radius, device)
+"""
 
 
 def _always_equal_tensors() -> str:

@@ -24,7 +24,7 @@ from autograder import ch01_nadaraya_watson as ch01
 from autograder import ch02_attention_scoring as ch02
 from autograder import ch03_masking as ch03
 from autograder import ch06_transformer as ch06
-from autograder import core, runner
+from autograder import core, parts
 from autograder.reference import generate
 
 CHAPTERS = generate.chapters()
@@ -42,20 +42,19 @@ def all_parts():
     return [(chapter, name) for chapter in CHAPTERS for name in checks_of(chapter).PARTS]
 
 
-def tensors(calls: list[runner.Call]) -> list[torch.Tensor]:
+def tensors(calls: list[parts.Call]) -> list[torch.Tensor]:
     return [t for call in calls for t in [*call.args, *call.kwargs.values()] if isinstance(t, torch.Tensor)]
 
 
-def same_calls(first: list[runner.Call], second: list[runner.Call]) -> bool:
+def same_calls(first: list[parts.Call], second: list[parts.Call]) -> bool:
     """Same descriptions (they hold the sizes and other numbers) and equal tensors."""
     a, b = tensors(first), tensors(second)
     return ([c.description for c in first] == [c.description for c in second] and len(a) == len(b)
             and all(x.shape == y.shape and torch.equal(x.nan_to_num(0), y.nan_to_num(0)) for x, y in zip(a, b)))
 
 
-def hidden_calls_for(monkeypatch, key: str, chapter: str, name: str) -> list[runner.Call]:
-    monkeypatch.setattr(runner, "SEED_KEY", key)
-    return runner.hidden_calls(checks_of(chapter).PARTS[name])[0]
+def hidden_calls_for(key: str, chapter: str, name: str) -> list[parts.Call]:
+    return parts.hidden_calls(checks_of(chapter).PARTS[name], key)[0]
 
 
 # ---- the chapters' tables agree ----
@@ -116,18 +115,16 @@ def test_the_staleness_test_ignores_other_rounding_and_catches_a_changed_case(ch
 
 @pytest.mark.parametrize("chapter, name", all_parts())
 def test_hidden_cases_repeat_for_one_student_and_differ_between_two(monkeypatch, chapter, name):
-    first = hidden_calls_for(monkeypatch, "student-a", chapter, name)
-    again = hidden_calls_for(monkeypatch, "student-a", chapter, name)
-    other = hidden_calls_for(monkeypatch, "student-b", chapter, name)
+    first = hidden_calls_for("student-a", chapter, name)
+    again = hidden_calls_for("student-a", chapter, name)
+    other = hidden_calls_for("student-b", chapter, name)
     assert first and same_calls(first, again), "the same key drew different hidden cases"
     assert not same_calls(first, other), "two students drew the same hidden cases"
 
 
-def test_the_seed_depends_on_key_chapter_and_part(monkeypatch):
-    monkeypatch.setattr(runner, "SEED_KEY", "k")
-    seeds = {runner.hidden_seed(c, p) for c in ("ch01", "ch02") for p in ("a", "b")}
-    monkeypatch.setattr(runner, "SEED_KEY", "other")
-    seeds |= {runner.hidden_seed("ch01", "a")}
+def test_the_seed_depends_on_key_chapter_and_part():
+    seeds = {parts.hidden_seed(c, p, "k") for c in ("ch01", "ch02") for p in ("a", "b")}
+    seeds |= {parts.hidden_seed("ch01", "a", "other")}
     assert len(seeds) == 5 and all(0 <= s < 2**31 for s in seeds)
 
 
@@ -147,14 +144,14 @@ def test_the_grading_secret_gives_each_student_a_key(tmp_path):
 
 @pytest.mark.parametrize("key", [f"student-{i}" for i in range(10)])
 def test_hidden_cases_always_hold_the_deciding_edge_cases(monkeypatch, key):
-    pooling = hidden_calls_for(monkeypatch, key, "ch01_nadaraya_watson", "nadaraya_watson")
+    pooling = hidden_calls_for(key, "ch01_nadaraya_watson", "nadaraya_watson")
     gaussian = next(c for c in pooling if c.kwargs["kernel"].__name__ == "gaussian_kernel")
     queries, keys_ = gaussian.args[:2]
     sums = gaussian.kwargs["kernel"]((queries[:, None] - keys_[None, :]) / gaussian.kwargs["bandwidth"]).sum(1)
     assert ((sums > 0) & (sums < 1e-8)).any(), "no row with a tiny but non-zero kernel sum"
     assert any((c.kwargs["kernel"]((c.args[0][:, None] - c.args[1]) / c.kwargs["bandwidth"]).sum(1) == 0).any()
                for c in pooling), "no empty row"
-    lengths = hidden_calls_for(monkeypatch, key, "ch03_masking", "masked_softmax")
+    lengths = hidden_calls_for(key, "ch03_masking", "masked_softmax")
     assert any(c.args[1] is not None and (c.args[1] == 0).any() for c in lengths), "no length-0 sequence"
     assert any(c.args[0].abs().max() >= 100 for c in lengths), "no extreme scores"
 
@@ -188,7 +185,7 @@ ROUNDING_CASES = (
 @pytest.mark.parametrize("check, answer, seed", ROUNDING_CASES,
                          ids=[f"{a.__name__}-{seed}" for _, a, seed in ROUNDING_CASES])
 def test_correct_attention_passes_however_it_rounds(monkeypatch, check, answer, seed):
-    monkeypatch.setattr(runner, "hidden_seed", lambda chapter, part: seed)
+    monkeypatch.setattr(parts, "hidden_seed", lambda chapter, part, key=None: seed)
     check(answer, hidden=True)
 
 
@@ -207,7 +204,7 @@ def test_the_rounding_allowance_is_small_for_ordinary_scores_and_catches_a_missi
     queries, keys, values = (torch.randn(2, 4, 8, generator=generator) for _ in range(3))
     assert core.attention_rounding(queries, keys, values) < 1e-4
     assert core.attention_rounding(queries * 40, keys * 40, values) > 1e-3  # scores in the thousands
-    monkeypatch.setattr(runner, "hidden_seed", lambda chapter, part: ROUNDING_SEEDS[0])
+    monkeypatch.setattr(parts, "hidden_seed", lambda chapter, part, key=None: ROUNDING_SEEDS[0])
     with pytest.raises(AssertionError, match="wrong values"):
         ch03.check_masked_attention(catalogue_ch03._unscaled_masked, hidden=True)
 
@@ -220,7 +217,7 @@ def test_an_epsilon_in_the_denominator_fails_for_every_student(monkeypatch):
     with pytest.raises(AssertionError, match="nadaraya_watson: predictions: wrong values"):
         ch01.check_nadaraya_watson(answer)
     for i in range(12):
-        monkeypatch.setattr(runner, "SEED_KEY", f"student-{i}")
+        monkeypatch.setattr(parts, "SEED_KEY", f"student-{i}")
         with pytest.raises(AssertionError, match=r"hidden case \(seed \d+\)"):
             ch01.check_nadaraya_watson(answer, hidden=True)
 
@@ -322,7 +319,7 @@ def test_the_fallback_multi_head_attention_is_the_contracts_and_answers_nothing_
 
 
 def test_without_the_references_a_student_is_told_which_part_to_fix_first(monkeypatch):
-    monkeypatch.setattr(runner, "reference_module", lambda chapter: None)
+    monkeypatch.setattr(parts, "reference_module", lambda chapter: None)
     namespace = _student_training_with_a_wrong_leave_one_out()
     with pytest.raises(AssertionError, match="calls your `leave_one_out`.*fix `leave_one_out` first"):
         ch01.check_train_nw(namespace["train_nw"])
@@ -337,7 +334,7 @@ def test_visible_cases_survive_the_trip_through_json():
     values = (torch.tensor([1.5, -math.inf, math.nan], dtype=torch.float64), torch.tensor([[True, False]]),
               torch.arange(6).reshape(2, 3), torch.device("cpu"), torch.float16, [1, 2.5, None, "x"],
               {"kernel": ch01.cauchy_kernel}, float("inf"))
-    decoded = runner.decode(ch01.CHAPTER, runner.encode(ch01.CHAPTER, values))
+    decoded = parts.decode(ch01.CHAPTER, parts.encode(ch01.CHAPTER, values))
     assert isinstance(decoded, tuple) and len(decoded) == len(values)
     assert torch.equal(decoded[0].nan_to_num(0), values[0].nan_to_num(0)) and decoded[0].isnan()[2]
     assert decoded[0].dtype == torch.float64
@@ -347,7 +344,7 @@ def test_visible_cases_survive_the_trip_through_json():
 
 def test_a_visible_case_may_pass_only_helpers_of_the_checks():
     with pytest.raises(ValueError, match="HELPERS"):
-        runner.encode(ch01.CHAPTER, lambda u: u)
+        parts.encode(ch01.CHAPTER, lambda u: u)
 
 
 def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_path, capsys, monkeypatch):
@@ -358,10 +355,10 @@ def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_pat
     secret, _ = load_or_create(secret_file)
     assert cli.main(["cases", "03_masking", "ada", "--part", "masked_softmax", "--secret-file", str(secret_file)]) == 0
     shown = capsys.readouterr().out
-    monkeypatch.setattr(runner, "SEED_KEY", student_key(secret, "03_masking", "ada"))
-    seed = runner.hidden_seed("ch03_masking", "masked_softmax")
+    key = student_key(secret, "03_masking", "ada")
+    seed = parts.hidden_seed("ch03_masking", "masked_softmax", key)
     assert f"masked_softmax: seed {seed}" in shown, shown
-    for call in runner.hidden_calls(ch03.PARTS["masked_softmax"])[0]:
+    for call in parts.hidden_calls(ch03.PARTS["masked_softmax"], key)[0]:
         assert call.description in shown
     assert "tensor(" in shown
     assert cli.main(["cases", "03_masking", "ada", "--part", "nothing", "--secret-file", str(secret_file)]) == 2

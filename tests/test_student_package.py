@@ -181,10 +181,10 @@ def test_every_visible_check_passes_from_the_students_package_alone(wheels, tmp_
         assert importlib.util.find_spec("autograder.reference") is None
         """)
     epilogue = textwrap.dedent("""
-        from autograder import runner
+        from autograder.judge import LocalRespondent, judge
         part = next(iter(checks.PARTS.values()))
         try:
-            runner.run(part, globals()[part.name], hidden=True)
+            judge(part, LocalRespondent(part, globals()[part.name]), hidden=True)
         except RuntimeError as error:
             assert "grading side" in str(error), error
             print("hidden checks: grading side only")

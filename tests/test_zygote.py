@@ -42,7 +42,7 @@ def zygote():
 
 
 class Kernel:
-    """One kernel forked from ``zygote`` as ``run.py`` starts it, and a way to ask it things."""
+    """One kernel forked from ``zygote`` as ``execute.py`` starts it, and a way to ask it things."""
 
     def __init__(self, zygote, limits):
         from jupyter_client.blocking import BlockingKernelClient
@@ -197,40 +197,50 @@ def test_memory_is_limited_and_the_kernel_survives_a_huge_allocation(kernels):
 
 
 @pytest.mark.slow
-def test_each_kernel_gets_its_own_seed_key_environment_and_random_state(kernels):
+def test_each_kernel_gets_a_clean_environment_without_any_key_and_its_own_random_state(kernels):
     os.environ["AUTOGRADER_LEAK_CHECK"] = "the grader's environment"
     try:
         question = """
-import os, random, autograder.runner, numpy, torch
-result = {'env': os.environ.get('AUTOGRADER_SEED_KEY'), 'runner': autograder.runner.SEED_KEY,
-          'leak': os.environ.get('AUTOGRADER_LEAK_CHECK'), 'keys': sorted(os.environ),
+import os, random, numpy, torch
+result = {'leak': os.environ.get('AUTOGRADER_LEAK_CHECK'), 'keys': sorted(os.environ),
           'random': random.random(), 'numpy': float(numpy.random.random()), 'torch': float(torch.rand(()))}
 """
-        first, second = kernels(seed_key="a" * 64).ask(question), kernels(seed_key="b" * 64).ask(question)
+        first, second = kernels().ask(question), kernels().ask(question)
     finally:
         del os.environ["AUTOGRADER_LEAK_CHECK"]
-    assert (first["env"], first["runner"]) == ("a" * 64, "a" * 64)
-    assert (second["env"], second["runner"]) == ("b" * 64, "b" * 64)
     assert first["leak"] is None and second["leak"] is None
     from autograder.grading.sandbox import kernel_environment
 
-    assert set(kernel_environment(_limits(seed_key="x"))) <= set(first["keys"])
+    assert set(kernel_environment(_limits())) <= set(first["keys"])
     set_by_ipykernel = {"MPLBACKEND", "TERM", "CLICOLOR", "FORCE_COLOR", "CLICOLOR_FORCE", "PAGER", "GIT_PAGER"}
-    assert not set(first["keys"]) - set(kernel_environment(_limits(seed_key="x"))) - set_by_ipykernel
+    assert not set(first["keys"]) - set(kernel_environment(_limits())) - set_by_ipykernel
+    assert not [key for key in first["keys"] if "KEY" in key or "SECRET" in key]
     assert first["random"] != second["random"] and first["numpy"] != second["numpy"]
     assert first["torch"] != second["torch"], "every kernel must draw its own torch random stream"
 
 
 @pytest.mark.slow
-def test_the_zygote_never_imports_what_depends_on_a_submission(zygote, kernels):
+def test_the_references_cannot_be_imported_or_read_in_a_kernel(zygote, kernels):
     state = zygote.modules()
-    assert "torch" in state["modules"] and "ipykernel.kernelapp" in state["modules"]
-    forbidden = ("autograder.runner", "autograder.reference", "autograder.ch")
-    assert not [m for m in state["modules"] if m.startswith(forbidden)]
+    assert "torch" in state["modules"] and "autograder.respond" in state["modules"]
+    assert not [m for m in state["modules"] if m.startswith("autograder.reference")]
     assert state["threads"] == 1
-    kernel = kernels(seed_key="c" * 64)  # a kernel imports them, in its own process
-    assert kernel.ask("import autograder.runner\nresult = autograder.runner.SEED_KEY") == "c" * 64
-    assert "autograder.runner" not in zygote.modules()["modules"]
+    references = ROOT / "autograder" / "reference"
+    result = kernels().ask(f"""
+import os
+found = {{}}
+for module in ('autograder.reference', 'autograder.reference.ch03_masking'):
+    try:
+        __import__(module)
+        found[module] = 'imported'
+    except ImportError as error:
+        found[module] = 'sealed' if 'not in a grading kernel' in str(error) else 'missing'
+result = {{'imports': found, 'files': sorted(os.listdir({str(references)!r})),
+          'readable': os.path.exists({str(references / 'ch03_masking.py')!r})}}
+""")
+    assert set(result["imports"].values()) == {"sealed"}, result
+    assert result["files"] == ["__init__.py"] and result["readable"] is False
+    assert (references / "ch03_masking.py").exists(), "outside the sandbox they are where they were"
 
 
 @pytest.mark.slow
@@ -247,20 +257,24 @@ def test_a_killed_kernel_is_seen_dead_and_its_sandbox_is_gone(kernels):
     assert handle.poll() is not None
 
 
+def _session_results(limits, *sources: str) -> list[str]:
+    """How each cell of a notebook of ``sources`` (and a last, empty test cell) ends in a grading session."""
+    from autograder.grading.execute import open_session
+    from autograder.grading.notebooks import Assembled, Part
+
+    cells = [nbformat.v4.new_code_cell(source) for source in sources]
+    cells.append(nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": "test_end", "grade": True}}))
+    assembled = Assembled(nbformat.v4.new_notebook(cells=cells), [Part("test_end", 1)], ["course"] * len(sources) + ["test"])
+    with open_session(assembled, limits) as session:
+        session.run_cells()
+    return [result.status for result in session.results]
+
+
 @pytest.mark.slow
 def test_a_grading_session_restarts_a_killed_kernel_from_the_zygote(zygote):
-    from autograder.grading.notebooks import Assembled, Part
-    from autograder.grading.run import execute
-
-    notebook = nbformat.v4.new_notebook(cells=[
-        nbformat.v4.new_code_cell("x = 41"),
-        nbformat.v4.new_code_cell("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)"),
-        nbformat.v4.new_code_cell("assert x + 1 == 42"),
-    ])
-    assembled = Assembled(notebook, [Part("test_kill", 1), Part("test_after", 1)], ["course", "test", "test"])
-    results = execute(assembled, _limits())
-    assert [r.status for r in results] == ["ok", "died", "ok"]
-    assert results[2].audit == "clean"
+    results = _session_results(_limits(), "x = 41", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+                               "assert x + 1 == 42")
+    assert results == ["ok", "died", "ok", "not run"]  # the third ran in a new kernel, after a replay of the first
 
 
 @pytest.mark.slow
@@ -319,14 +333,10 @@ def test_a_zygote_that_cannot_start_leaves_no_folder_behind(monkeypatch, tmp_pat
 
 
 def _folder_and_answer(limits):
-    """In a forked grading process: the zygote it uses, and a kernel's answer."""
+    """In a forked grading process: the zygote it uses, and how a kernel's cell ended."""
     from autograder.grading import zygote as zygotes
-    from autograder.grading.run import execute
-    from autograder.grading.notebooks import Assembled, Part
 
-    notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import os\nassert os.getpid() == 2")])
-    results = execute(Assembled(notebook, [Part("test_pid", 1)], ["test"]), limits)
-    return zygotes.for_limits(limits).folder, [r.status for r in results]
+    return zygotes.for_limits(limits).folder, _session_results(limits, "import os\nassert os.getpid() == 2")
 
 
 @pytest.mark.slow
@@ -337,6 +347,6 @@ def test_processes_forked_after_prestart_share_its_zygote(zygote):
 
     zygotes.prestart(_limits())  # the module's zygote: already started, so nothing new
     with multiprocessing.get_context("fork").Pool(2) as pool:
-        answers = pool.map(_folder_and_answer, [_limits(seed_key="d" * 64), _limits(seed_key="e" * 64)])
-    assert answers == [(zygote.folder, ["ok"])] * 2
+        answers = pool.map(_folder_and_answer, [_limits(), _limits()])
+    assert answers == [(zygote.folder, ["ok", "not run"])] * 2
     assert zygote.alive()  # the pool's processes ended; the zygote is this process's

@@ -38,7 +38,7 @@ import nbformat
 
 from .. import __version__
 from . import zygote
-from .grade import STATUSES, PartResult, grade_submission
+from .verdict import STATUSES, PartResult, grade_submission
 from .gradebook import Course, ensure_assignment, read_timestamp, record, write_csv
 from .sandbox import Limits, check_bubblewrap
 from .secret import fingerprint, load_or_create, student_key
@@ -115,7 +115,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     print(f"{assignment}: {len(students)} submissions, {len(todo)} to grade ({len(students) - len(todo)} unchanged), "
           f"{where}, device {limits.device}, sandbox {'on' if limits.sandbox else 'OFF'}", flush=True)
     tasks = {s: (nbformat.writes(source), source_path.name, _submission_bytes(course, assignment, s, source_path.name),
-                 dataclasses.replace(limits, seed_key=student_key(secret, assignment, s))) for s in todo}
+                 limits, student_key(secret, assignment, s)) for s in todo}
     bar = _Progress(len(todo), enabled=progress)
     graded, not_graded = [], {}
     results = _dask_results(tasks, address, settings.scheduler_timeout) if address else _local_results(tasks, settings.workers, limits)
@@ -145,7 +145,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
 # --------------------------------------------------------------------------------------
 
 
-def grade_task(source_json: str, notebook_name: str, submission: bytes | None, limits: Limits) -> dict:
+def grade_task(source_json: str, notebook_name: str, submission: bytes | None, limits: Limits, key: str) -> dict:
     """In a worker (a local process or a Dask worker): grade one submission from its bytes.
 
     Args:
@@ -153,6 +153,8 @@ def grade_task(source_json: str, notebook_name: str, submission: bytes | None, l
         notebook_name: the file name the submission must have.
         submission: the submitted notebook's bytes, ``None`` if it is missing.
         limits: the sandbox's limits; ``device="auto"`` is decided here, on the worker.
+        key: the student's key of hidden cases (derived from the course secret); it stays in
+            the worker's judge and never enters the student's kernel.
 
     Returns:
         ``results`` (part results as dicts), ``autograded`` (the executed notebook, JSON,
@@ -165,7 +167,7 @@ def grade_task(source_json: str, notebook_name: str, submission: bytes | None, l
         path = Path(folder) / notebook_name
         if submission is not None:
             path.write_bytes(submission)
-        results, autograded, unanswered = grade_submission(nbformat.reads(source_json, as_version=4), path, limits)
+        results, autograded, unanswered = grade_submission(nbformat.reads(source_json, as_version=4), path, limits, key)
     return {"results": [r.as_dict() for r in results], "unanswered": unanswered,
             "autograded": None if autograded is None else nbformat.writes(autograded),
             "worker": _worker_name(), "seconds": time.monotonic() - started, "code": code_fingerprint()}

@@ -98,14 +98,14 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
 
     import torch
 
-    from .. import runner
+    from .. import parts as declarations
 
     # the secret the grading command uses: --secret-file, else the course config, else the default
     path = resolve(course_config(args.course_dir), secret_file=args.secret_file and str(args.secret_file))[0].secret_path
     if not path.exists():
         raise FileNotFoundError(f"no grading secret at {path}: the hidden cases depend on it (--secret-file)")
     secret, _ = load_or_create(path)
-    runner.SEED_KEY = student_key(secret, args.assignment, args.student)
+    key = student_key(secret, args.assignment, args.student)
     try:
         checks = importlib.import_module(f"autograder.ch{args.assignment}")
     except ModuleNotFoundError:
@@ -115,8 +115,8 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
     parts = list(checks.PARTS.values()) if args.part is None else [checks.PARTS[args.part]]
     torch.set_printoptions(precision=4, linewidth=100)
     for part in parts:
-        calls, _ = runner.hidden_calls(part)
-        print(f"{part.name}: seed {runner.hidden_seed(part.chapter, part.name)}, {len(calls)} hidden calls")
+        calls, _ = declarations.hidden_calls(part, key)
+        print(f"{part.name}: seed {declarations.hidden_seed(part.chapter, part.name, key)}, {len(calls)} hidden calls")
         for number, call in enumerate(calls, start=1):
             print(f"  {number}. {call.description}")
             if args.part is not None:

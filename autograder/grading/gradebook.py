@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError, OperationalError, SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
-from .grade import PartResult
+from .verdict import PartResult
 
 T = TypeVar("T")
 ATTEMPTS = 5  # tries of one transaction that conflicts with another run's (see ``_conflict``)

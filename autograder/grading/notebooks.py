@@ -7,10 +7,16 @@ submission only the answer cells, matched by their nbgrader ``grade_id``, plus a
 cells the student added. Edited or deleted test cells, changed cell types, duplicated
 ids and edited points therefore change nothing. The nbgrader unit of grading is the test
 cell, so a *part* here is one test cell and the answers written since the previous one.
+
+A test cell is never executed at grading. What it checks is read from its source, which
+is the instructor's: each ``checks.check_<part>(<answer>)`` line names a check of the
+chapter's checks module (and through it the part's declaration) and the answer it is
+called on; a line with ``hidden=True`` asks for the hidden cases too (:func:`check_calls`).
 """
 
 from __future__ import annotations
 
+import ast
 import copy
 import json
 import re
@@ -19,8 +25,6 @@ from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
-
-from .scan import module_aliases, scan
 
 #: The stub nbgrader puts in place of a solution (what an unanswered cell holds).
 BLANK_ANSWER = "# YOUR CODE HERE\nraise NotImplementedError()"
@@ -38,12 +42,19 @@ class Part:
     Attributes:
         grade_id: the test cell's nbgrader id, e.g. ``"test_masked_softmax"``.
         points: its points in the instructor's source (whatever the submission says).
-        tampered: why the part's code was not run, or ``""``.
     """
 
     grade_id: str
     points: float
-    tampered: str = ""
+
+
+@dataclass(frozen=True)
+class CheckCall:
+    """One ``checks.check_<part>(<answer>[, hidden=True])`` line of a test cell."""
+
+    check: str
+    answer: str
+    hidden: bool
 
 
 @dataclass
@@ -55,8 +66,7 @@ class Assembled:
         parts: the graded parts, in notebook order.
         roles: per cell, ``"test"``, ``"answer"``, ``"extra"`` (a cell the student added)
             or ``"course"`` (the instructor's set-up and text).
-        student_sources: per cell index, what the student wrote where it differs from
-            what is executed (a flagged cell), to show in the autograded notebook.
+        checks: per test cell index, the checks its source calls.
         unanswered: per answer grade id, whether the student left it as released
             (nbgrader's "No response." comment).
         notes: remarks for the instructor, e.g. duplicated ids.
@@ -65,17 +75,48 @@ class Assembled:
     notebook: NotebookNode
     parts: list[Part]
     roles: list[str]
-    student_sources: dict[int, str] = field(default_factory=dict)
+    checks: dict[int, list[CheckCall]] = field(default_factory=dict)
     unanswered: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def part_of(self, index: int) -> Part | None:
         """The part whose test cell comes at or after cell ``index`` (``None`` past the last)."""
-        tests = [i for i, role in enumerate(self.roles) if role == "test"]
+        tests = self.test_indices()
         following = [i for i in tests if i >= index]
         if not following:
             return None
         return self.parts[tests.index(following[0])]
+
+    def test_indices(self) -> list[int]:
+        return [i for i, role in enumerate(self.roles) if role == "test"]
+
+    def test_id(self, index: int) -> str:
+        """The grade id of the test cell at ``index``."""
+        return nbgrader_meta(self.notebook.cells[index])["grade_id"]
+
+
+def check_calls(source: str) -> list[CheckCall]:
+    """The ``checks.check_<part>(<answer>, ...)`` calls of a test cell's source, in order.
+
+    Lines that are not such calls do nothing at grading (a test cell holds only these,
+    a test of the course says). A source that does not parse checks nothing.
+    """
+    try:
+        tree = ast.parse(_MARKERS.sub("", source))
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name) and node.func.value.id == "checks"
+                and node.func.attr.startswith("check_") and node.args and isinstance(node.args[0], ast.Name)):
+            hidden = any(k.arg == "hidden" and isinstance(k.value, ast.Constant) and k.value.value is True
+                         for k in node.keywords)
+            found.append(CheckCall(node.func.attr, node.args[0].id, hidden))
+    return sorted(found, key=lambda call: call.hidden)
+
+
+_MARKERS = re.compile(r"^\s*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)\s*$", re.MULTILINE)
 
 
 def nbgrader_meta(cell: NotebookNode) -> dict:
@@ -124,23 +165,16 @@ def parts_of(source: NotebookNode) -> list[Part]:
 def assemble(source: NotebookNode, submission: NotebookNode) -> Assembled:
     """The notebook to grade: the source's cells with the submission's answers put in."""
     answers, extras, notes = _student_cells(submission, source)
-    known_modules = set().union(*(module_aliases(c.source) for c in source.cells if c.cell_type == "code"))
-    cells, roles, student_sources, unanswered = [], [], {}, {}
-    parts = {p.grade_id: p for p in parts_of(source)}
-    pending_tamper: list[str] = []  # reasons waiting for the next test cell
+    cells, roles, checks, unanswered = [], [], {}, {}
 
-    def add(cell: NotebookNode, role: str, written: str | None = None, instead: str = "") -> None:
-        """Append ``cell``; student code (``written``) that tampers is replaced by ``instead``."""
-        findings = scan(written, known_modules) if written is not None else []
-        if findings:
-            pending_tamper.append(f"cell {len(cells) + 1}, {findings[0]}")
-            student_sources[len(cells)] = written
-            cell.source = instead
+    def add(cell: NotebookNode, role: str) -> None:
+        if role == "test":
+            checks[len(cells)] = check_calls(cell.source)
         cells.append(cell)
         roles.append(role)
 
     for extra in extras.get(None, []):
-        add(_code_cell(extra), "extra", extra)
+        add(_code_cell(extra), "extra")
     for cell in source.cells:
         cell = copy.deepcopy(cell)
         if cell.cell_type == "code":
@@ -150,19 +184,14 @@ def assemble(source: NotebookNode, submission: NotebookNode) -> Assembled:
             written, blank = answers.get(grade_id), blank_version(cell.source)
             unanswered[grade_id] = written is None or written.strip() == blank.strip()
             cell.source = blank if written is None else written
-            add(cell, "answer", written, instead=blank)
-        elif is_test(cell):
-            add(cell, "test")
-            if pending_tamper:
-                parts[grade_id].tampered = "; ".join(pending_tamper)
-                pending_tamper.clear()
+            add(cell, "answer")
         else:
-            add(cell, "course")
+            add(cell, "test" if is_test(cell) else "course")
         for extra in extras.get(grade_id, []):
-            add(_code_cell(extra), "extra", extra)
+            add(_code_cell(extra), "extra")
     notebook = copy.deepcopy(source)
     notebook.cells = cells
-    return Assembled(notebook, list(parts.values()), roles, student_sources, unanswered, notes)
+    return Assembled(notebook, parts_of(source), roles, checks, unanswered, notes)
 
 
 def _student_cells(submission: NotebookNode, source: NotebookNode):
@@ -219,3 +248,41 @@ def release_source(cell_source: str) -> str:
         elif not hidden:
             kept.append(line)
     return "\n".join(kept).rstrip()
+
+
+# --------------------------------------------------------------------------------------
+# What a submission printed, made safe to show
+# --------------------------------------------------------------------------------------
+
+#: The kinds of rich output kept from a submission's cells: text and raster images, which
+#: no renderer runs. HTML, JavaScript, SVG (which may hold scripts), Markdown and widgets
+#: would run in the browser of whoever opens the feedback or the formgrader.
+KEPT_MIME_TYPES = ("text/plain", "image/png", "image/jpeg")
+
+
+def clean_outputs(outputs: list) -> list[NotebookNode]:
+    """``outputs`` with only text and PNG/JPEG images; every other kind of output replaced by a note.
+
+    Streams and errors keep their text; rich outputs keep their kept MIME types (without
+    metadata, which could size or style them). An output left with nothing is replaced by
+    a note that names what was removed.
+    """
+    cleaned = []
+    for output in outputs:
+        kind = output.get("output_type")
+        if kind == "stream":
+            cleaned.append(nbformat.v4.new_output("stream", name=output.get("name", "stdout"), text=str(output.get("text", ""))))
+        elif kind == "error":
+            cleaned.append(nbformat.v4.new_output("error", ename=str(output.get("ename", "")), evalue=str(output.get("evalue", "")),
+                                                  traceback=[str(line) for line in output.get("traceback", [])]))
+        elif kind in ("display_data", "execute_result"):
+            data = output.get("data", {})
+            kept = {mime: data[mime] for mime in KEPT_MIME_TYPES if isinstance(data.get(mime), str)}
+            removed = sorted(set(data) - set(kept))
+            if kept:
+                cleaned.append(nbformat.v4.new_output("display_data", data=kept))
+            if removed:
+                cleaned.append(nbformat.v4.new_output(
+                    "stream", name="stdout", text=f"[autograder] output of type {', '.join(removed)} not kept: the "
+                                                  "autograded notebook keeps text and PNG or JPEG images only\n"))
+    return cleaned

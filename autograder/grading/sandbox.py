@@ -19,7 +19,7 @@ is started as ``prlimit … bwrap … python -m ipykernel_launcher``. Either way
   student's cell), no core dumps, at most 256 MB per written file; time and output size
   are enforced by the grader (``run.py``).
 * **one kernel, one submission**: every kernel is a new process with its own namespaces,
-  environment (the student's seed key) and random state; a restart starts a new one.
+  environment and random state; a restart starts a new one.
 """
 
 from __future__ import annotations
@@ -32,12 +32,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import zmq
+import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import DottedObjectName, Type
 
-from ..runner import SEED_KEY_VARIABLE
 from . import zygote as zygotes
 
 
@@ -59,8 +60,6 @@ class Limits:
         sandbox: run the kernel under bubblewrap (``False`` only for machines without it).
         zygote: fork kernels from a warm zygote (``zygote.py``); ``False`` starts each
             kernel from scratch (slower, equally sandboxed).
-        seed_key: the key of this student's hidden cases (``AUTOGRADER_SEED_KEY`` in the
-            kernel; see ``secret.py``), ``""`` for none.
     """
 
     cell_seconds: float = 120.0
@@ -71,7 +70,6 @@ class Limits:
     device: str = "cpu"
     sandbox: bool = True
     zygote: bool = True
-    seed_key: str = ""
 
 
 def check_bubblewrap() -> None:
@@ -100,22 +98,20 @@ def visible_paths() -> list[str]:
     return paths
 
 
-def kernel_environment(limits: Limits, seed_key: bool = True) -> dict[str, str]:
-    """The whole environment of a kernel (nothing of the grader's own is passed on)."""
-    env = {
+def kernel_environment(limits: Limits) -> dict[str, str]:
+    """The whole environment of a kernel (nothing of the grader's own is passed on, no key or secret)."""
+    return {
         "PATH": f"{os.path.dirname(sys.executable)}:/usr/bin:/bin",
         "HOME": "/tmp",
         "LANG": "C.UTF-8",
         "IPYTHONDIR": "/tmp/.ipython",
         "MPLCONFIGDIR": "/tmp/.matplotlib",
+        "AUTOGRADER_FIGURE_FORMAT": "png",
         "OMP_NUM_THREADS": str(limits.threads),
         "MKL_NUM_THREADS": str(limits.threads),
         "PYTHONDONTWRITEBYTECODE": "1",
         "CUDA_VISIBLE_DEVICES": "" if limits.device == "cpu" else os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
     }
-    if seed_key and limits.seed_key:
-        env[SEED_KEY_VARIABLE] = limits.seed_key
-    return env
 
 
 def _prlimit(limits: Limits) -> list[str]:
@@ -132,11 +128,21 @@ def _setenv(env: dict[str, str]) -> list[str]:
     return [argument for key, value in env.items() for argument in ("--setenv", key, value)]
 
 
+def sealed_paths() -> dict[str, str]:
+    """``{path: what is mounted over it}``: the references, covered by a package that cannot be imported."""
+    import autograder
+
+    package = Path(autograder.__file__).resolve().parent
+    return {str(package / "reference"): str(Path(__file__).resolve().parent / "sealed_reference")}
+
+
 def _bwrap_mounts(limits: Limits) -> list[str]:
-    """What every sandbox holds: the read-only system, Python and autograder, the GPU if used."""
+    """What every sandbox holds: the read-only system, Python and autograder (its references sealed), the GPU if used."""
     command = ["--dev", "/dev", "--tmpfs", "/tmp", "--clearenv"]
     for path in visible_paths():
         command += ["--ro-bind", path, path]
+    for path, cover in sealed_paths().items():
+        command += ["--ro-bind", cover, path]
     if limits.device == "cuda":  # the GPU's device files and driver information
         for device in glob.glob("/dev/nvidia*"):
             command += ["--dev-bind", device, device]
@@ -170,9 +176,9 @@ def zygote_command(socket_path: str, folder: str, limits: Limits) -> list[str]:
     * the root read-only (bubblewrap leaves it writable, and it would be shared);
     * ``folder``, which holds the zygote's socket and every kernel's sockets folder.
 
-    No seed key: the zygote serves every student, and knows none of them.
+    The zygote serves every student, and knows none of them.
     """
-    env = kernel_environment(limits, seed_key=False)
+    env = kernel_environment(limits)
     env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"  # what ipykernel sets (before matplotlib loads)
     program = [sys.executable, "-m", "autograder.grading.zygote", socket_path]
     if not limits.sandbox:
@@ -184,7 +190,21 @@ def zygote_command(socket_path: str, folder: str, limits: Limits) -> list[str]:
     return _prlimit(limits) + command + program
 
 
-class SandboxedKernelManager(AsyncKernelManager):
+#: The largest message the grader reads from a kernel; a larger one drops the connection before
+#: it is read (``zmq.MAXMSGSIZE``), so an output flood or a huge reply never fills the grader's memory.
+MESSAGE_BYTES = 64 * 2**20
+
+
+class _SizedClients:
+    """Kernel clients whose sockets refuse messages over :data:`MESSAGE_BYTES` (a mixin of the managers)."""
+
+    def client(self, **kwargs):
+        context = zmq.asyncio.Context()
+        context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_BYTES)
+        return super().client(context=context, **kwargs)
+
+
+class SandboxedKernelManager(_SizedClients, AsyncKernelManager):
     """A kernel manager whose kernels start inside :func:`bwrap_command`'s sandbox."""
 
     limits: Limits = Limits()
@@ -251,7 +271,7 @@ class ZygoteKernelClient(AsyncKernelClient):
     wait_for_ready = _async_wait_for_ready
 
 
-class ZygoteKernelManager(AsyncKernelManager):
+class ZygoteKernelManager(_SizedClients, AsyncKernelManager):
     """A kernel manager whose kernels are forked, sandboxed, from ``zygote``."""
 
     client_class = DottedObjectName("autograder.grading.sandbox.ZygoteKernelClient")

@@ -45,9 +45,11 @@ class GradeSettings(Configurable):
                                    "(default: 60)").tag(config=True)
     device = Enum(["auto", "cpu", "cuda"], "auto",
                   help="where the checks run: auto is cuda when there is a GPU (default: auto)").tag(config=True)
-    timeout = Float(120.0, min=0.001, help="seconds one cell may run (default: 120)").tag(config=True)
+    timeout = Float(120.0, min=0.001, help="seconds one cell may run, and the checks of one part (default: 120)"
+                    ).tag(config=True)
     notebook_timeout = Float(None, allow_none=True, min=0.001,
-                             help="seconds one notebook may run (default: 5 x timeout)").tag(config=True)
+                             help="seconds one notebook's cells may run, and again the checks of all its parts "
+                                  "(default: 5 x timeout)").tag(config=True)
     memory_mb = Integer(4096, min=256, help="memory of one submission's kernel, in MiB (default: 4096)").tag(config=True)
     secret_file = Unicode(None, allow_none=True,
                           help="the course secret behind the hidden cases; made on first use, keep it out of "

@@ -4,17 +4,16 @@ Starting a Python kernel and importing PyTorch costs about two seconds, more tha
 notebooks take to grade. So each grading process starts one *zygote* (lazily, on its
 first kernel, or once for a pool of processes with :func:`prestart`): a Python process
 inside a bubblewrap sandbox (``sandbox.zygote_command``) that imports once what every
-kernel needs (PyTorch and ``torch._dynamo``, IPython and ipykernel, matplotlib,
-``autograder.core``) and then waits on a Unix socket. For each kernel, the grader
+kernel needs (PyTorch and ``torch._dynamo``, IPython and ipykernel, matplotlib, the
+course's respondent and checks) and then waits on a Unix socket. For each kernel, the grader
 connects and the zygote forks; the copy sandboxes itself a second time, on its own, and
 becomes the kernel, ready in about a tenth of a second.
 
-The zygote imports nothing that depends on a submission: not ``autograder.runner`` (which
-reads the student's ``AUTOGRADER_SEED_KEY`` when imported) nor the chapters' checks, and it
-runs no PyTorch operation (no thread pool or CUDA context exists before a fork). It never
-even reads a request: it accepts a connection and forks, and only the fork reads what the
-grader asks (the seed key among it), so nothing of one submission is ever in the memory of
-the zygote, hence of another submission's kernel.
+The zygote imports nothing that depends on a submission (and no reference: they are not
+even in its sandbox), and it runs no PyTorch operation (no thread pool or CUDA context
+exists before a fork). It never even reads a request: it accepts a connection and forks,
+and only the fork reads what the grader asks, so nothing of one submission is ever in the
+memory of the zygote, hence of another submission's kernel.
 
 Per kernel, three processes (Linux only):
 
@@ -34,7 +33,7 @@ Per kernel, three processes (Linux only):
   itself, so that, as under bubblewrap, ``os.kill(os.getpid(), SIGKILL)`` kills it.)
 * **K**, the kernel: a new session, every capability dropped (bounding set included;
   ``no_new_privs`` stays set), the environment cleared to exactly what
-  ``sandbox.kernel_environment`` says (this student's seed key included), standard streams
+  ``sandbox.kernel_environment`` says, standard streams
   on ``/dev/null``, fresh random seeds, then ``IPKernelApp`` on the connection file, as
   ``python -m ipykernel_launcher`` would.
 
@@ -82,13 +81,13 @@ SANDBOX_UID = SANDBOX_GID = 1000
 PRELOAD = ("torch", "torch.nn", "torch.nn.functional", "torch.testing", "numpy", "matplotlib.pyplot",
            "matplotlib.backends.backend_agg", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel",
            "ipykernel.zmqshell", "ipykernel.debugger", "IPython.core.debugger", "IPython.core.completerlib",
-           "IPython.extensions.storemagic", "sqlite3", "jupyter_client.session", "autograder.core", "autograder.plots",
+           "IPython.extensions.storemagic", "sqlite3", "jupyter_client.session", "autograder.respond", "autograder.plots",
            "torch._dynamo")
 #: Left out of a zygote for ``--device cuda``: they load GPU libraries, and CUDA must
 #: not be touched before a fork.
 NOT_WITH_CUDA = ("torch._dynamo",)
-#: Modules the zygote must never import (they read a student's key when imported).
-FORBIDDEN = ("autograder.runner", "autograder.reference", "autograder.ch")
+#: Modules the zygote must never import (the sandbox seals them; importing one would fail).
+FORBIDDEN = ("autograder.reference",)
 #: Device nodes of a kernel's ``/dev``, as bubblewrap's ``--dev`` makes it.
 DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 #: Parts of ``/proc`` made read-only, as bubblewrap's ``--proc`` does.
@@ -107,7 +106,7 @@ _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _IFF_UP = 0x8913, 0x8914, 0x1
 _SYS_OPEN_TREE, _SYS_MOVE_MOUNT = 428, 429  # the same number on every architecture (Linux >= 5.2)
-_AT_FDCWD, _OPEN_TREE_CLONE, _MOVE_MOUNT_F_EMPTY_PATH = -100, 1, 4
+_AT_FDCWD, _OPEN_TREE_CLONE, _MOVE_MOUNT_F_EMPTY_PATH, _AT_RECURSIVE = -100, 1, 4, 0x8000
 
 
 # --------------------------------------------------------------------------------------
@@ -134,9 +133,9 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 
 
 def _detach(path: str) -> int:
-    """A copy of the mount at ``path``, not attached anywhere yet (``open_tree``)."""
+    """A copy of the mount at ``path`` and the mounts under it, not attached anywhere yet (``open_tree``)."""
     descriptor = _libc.syscall(ctypes.c_long(_SYS_OPEN_TREE), ctypes.c_int(_AT_FDCWD), path.encode(),
-                               ctypes.c_uint(_OPEN_TREE_CLONE | os.O_CLOEXEC))
+                               ctypes.c_uint(_OPEN_TREE_CLONE | _AT_RECURSIVE | os.O_CLOEXEC))
     if descriptor < 0:
         _check(-1, f"open_tree {path}")
     return descriptor
@@ -759,7 +758,7 @@ class Zygote:
                op: str = "launch") -> KernelHandle:
         """Fork a kernel on ``connection_file`` (its folder holds the kernel's sockets).
 
-        ``limits`` are this submission's (its seed key among them); ``work`` is the working
+        ``limits`` are this submission's; ``work`` is the working
         folder of a kernel without namespaces. ``op="probe"`` forks a kernel that only
         reports what it sees of its sandbox.
         """

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..ch01_nadaraya_watson import cauchy_kernel, laplace_kernel, make_data, triangle_kernel
-from ..runner import Call
+from ..parts import Call
 
 # --------------------------------------------------------------------------------------
 # Reference implementations

@@ -13,7 +13,7 @@ import random
 import torch
 
 from ..ch02_attention_scoring import cosine_scores, negative_squared_distance_scores
-from ..runner import Call, derived_seeds
+from ..parts import Call, derived_seeds
 
 # --------------------------------------------------------------------------------------
 # Reference implementations

@@ -12,7 +12,7 @@ import random
 
 import torch
 
-from ..runner import Call, derived_seeds
+from ..parts import Call, derived_seeds
 from .ch02_attention_scoring import scaled_dot_product_scores
 
 # --------------------------------------------------------------------------------------

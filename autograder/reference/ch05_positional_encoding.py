@@ -13,7 +13,7 @@ import random
 import torch
 from torch import nn
 
-from ..runner import Call, derived_seeds
+from ..parts import Call, derived_seeds
 from .ch03_masking import masked_attention
 
 BASE = 10000.0

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from ..ch06_transformer import SEQUENCE_LENGTH, VOCABULARY, make_sorting_batch, per_token_accuracy
-from ..runner import Call, derived_seeds
+from ..parts import Call, derived_seeds
 from .ch03_masking import causal_mask
 from .ch04_multihead import MultiHeadAttention
 
@@ -233,7 +233,9 @@ def _chunked_calls(seeds) -> list[Call]:
 
 
 def _sorting_calls(seeds) -> list[Call]:
-    return [Call(f"train_sorting_transformer(seed=0), tested on 2000 fresh sequences drawn with seed {s}", (0, s))
+    """Training with seed 0, then the model's predictions on 2000 sequences drawn here, with each of ``seeds``."""
+    return [Call(f"train_sorting_transformer(seed=0), tested on 2000 fresh sequences drawn with seed {s}",
+                 (0, make_sorting_batch(2000, torch.Generator().manual_seed(s))[0]))
             for s in seeds]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from .. import reference
-from ..runner import CASES_DIRECTORY, decode, encode
+from ..parts import CASES_DIRECTORY, decode, encode
 
 #: How many units of the last place two machines' float results may differ by, relative to
 #: the largest magnitude in their tensor: reductions of a few hundred terms summed in another

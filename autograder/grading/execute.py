@@ -1,0 +1,322 @@
+"""Run a submission's own cells in a sandboxed kernel, within deadlines kept from outside.
+
+A :class:`KernelSession` executes the assembled notebook's code cells one by one:
+instructor set-up, the student's answers and the cells the student added. Test cells are
+not executed: where each stands, the session *pins* the answers it checks (``respond.pin``),
+so that each part is judged later on its answer as it was defined at that point. The
+judging (``verdict.py``) then asks the same kernel for the answers' results through
+:meth:`KernelSession.exchange`, once every cell has run: nothing of the submission runs
+after its answers have seen the hidden inputs.
+
+Every wait on the kernel has a deadline: a cell's time limit, the notebook's, and for a
+replay the same. The notebook's limit applies twice: to the submission's cells, then to
+the judging of its parts (each within the per-cell limit), so a submission takes at most
+twice the notebook's limit. A cell that runs out of time, or a kernel that dies, costs only that cell:
+the kernel is killed from outside, a new one replays the cells that had worked (with their
+pins, under the same deadlines) and the session goes on. Kernels are forked from this
+process's zygote (``zygote.py``); where none can run, each starts in its own sandbox.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import zmq
+import zmq.asyncio
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
+from nbformat import NotebookNode
+
+from . import zygote as zygotes
+from .notebooks import Assembled
+from .sandbox import Limits, SandboxedKernelManager, ZygoteKernelManager
+
+MAX_RESTARTS = 3
+
+
+@dataclass
+class CellResult:
+    """How one cell ended: ``ok``, ``error``, ``timeout``, ``died`` or ``not run``."""
+
+    status: str
+    message: str = ""
+
+
+class Deadline(Exception):
+    """The kernel did not answer before the deadline (it was killed)."""
+
+
+class KernelLost(Exception):
+    """The kernel died, or stopped answering, while it was asked something."""
+
+
+class _Client(NotebookClient):
+    """nbclient with an output budget: past it, output is dropped and a note added once."""
+
+    def __init__(self, nb: NotebookNode, km, output_bytes: int):
+        super().__init__(nb, km=km, allow_errors=False, interrupt_on_timeout=False,
+                         record_timing=False, shutdown_kernel="immediate", iopub_timeout=10)
+        self.output_left = output_bytes
+
+    def output(self, outs, msg, display_id, cell_index):
+        size = len(str(msg.get("content", "")))
+        if self.output_left <= 0:
+            return None
+        self.output_left -= size
+        if self.output_left <= 0:
+            note = {"output_type": "stream", "name": "stdout", "text": "\n[output cut off: the notebook printed too much]\n"}
+            outs.append(NotebookNode(note))
+            return None
+        return super().output(outs, msg, display_id, cell_index)
+
+
+class KernelSession:
+    """One submission's kernel: its cells run, answers pinned, then questions asked, all within deadlines.
+
+    Attributes:
+        results: per cell, how it ended (``not run`` for test cells and cells never reached).
+        restarts: how many new kernels were started after the first.
+    """
+
+    def __init__(self, assembled: Assembled, limits: Limits, scratch: str):
+        self.assembled, self.limits, self.scratch = assembled, limits, scratch
+        self.cells = assembled.notebook.cells
+        self.results = [CellResult("not run") for _ in self.cells]
+        self.deadline = time.monotonic() + limits.notebook_seconds
+        self.restarts = 0
+        self.client: _Client | None = None
+        self.sockets: str | None = None
+        self.reached = 0  # the cells before this index have run in the current kernel (or were replayed)
+
+    # ---- the cells
+
+    def run_cells(self) -> None:
+        """Run every code cell up to the last test cell; pin the answers at each test cell.
+
+        Then the session is ready to be asked: the notebook's time limit starts again for
+        the judging (each part within the per-cell limit), and a kernel lost at the end of
+        the cells is brought back, its cells replayed, with a new allowance of restarts.
+        """
+        self._start_kernel()
+        self.deadline = time.monotonic() + self.limits.notebook_seconds  # the grader's start is not the student's time
+        last_test = max((i for i, role in enumerate(self.assembled.roles) if role == "test"), default=-1)
+        for index in range(last_test + 1):
+            if not self.run_cell(index):
+                self._not_reached(index + 1, last_test + 1)
+                break
+        self.deadline, self.restarts = time.monotonic() + self.limits.notebook_seconds, 0
+        if not self.alive:
+            self.recover()
+
+    def run_cell(self, index: int) -> bool:
+        """Run (or, for a test cell, pin) cell ``index``; ``False`` when the kernel could not be recovered."""
+        cell = self.cells[index]
+        self.reached = index + 1
+        if self.assembled.roles[index] == "test":
+            return self._pin(index)
+        if cell.cell_type != "code":
+            return True
+        if self.left() <= 0:
+            self.results[index] = CellResult("timeout", f"the notebook's time limit of {self.limits.notebook_seconds:.0f} s "
+                                                        "was reached")
+            return True
+        self.results[index] = self._execute(index)
+        if self.results[index].status in ("timeout", "died"):
+            return self.recover(upto=index)
+        return True
+
+    def _not_reached(self, start: int, stop: int) -> None:
+        """The code cells from ``start`` on were not run: the notebook ran out of time, or its kernel was lost."""
+        out_of_time = self.left() <= 0
+        reason = (f"not run: the notebook's time limit of {self.limits.notebook_seconds:.0f} s was reached before it"
+                  if out_of_time else "not run: the kernel was lost too often before it")
+        for index in range(start, stop):
+            if self.cells[index].cell_type == "code" and self.assembled.roles[index] != "test":
+                self.results[index] = CellResult("timeout" if out_of_time else "died", reason)
+
+    def _execute(self, index: int) -> CellResult:
+        cell = self.cells[index]
+        self.client.timeout = max(1, int(min(self.limits.cell_seconds, self.left())))
+        try:
+            self.client.execute_cell(cell, index)
+            return CellResult("ok")
+        except CellExecutionError as error:
+            return CellResult("error", f"{error.ename}: {error.evalue}")
+        except CellTimeoutError:
+            return CellResult("timeout", f"the cell ran longer than {self.client.timeout} s")
+        except DeadKernelError:
+            return CellResult("died", "the kernel died while running this cell (it exited, crashed or ran out of memory)")
+
+    def _pin(self, index: int, recover: bool = True) -> bool:
+        """Keep the answers that test cell ``index`` checks, as they are now, in the kernel.
+
+        Returns whether the kernel did; a kernel that did not is replaced (``recover``).
+        """
+        names = sorted({call.answer for call in self.assembled.checks.get(index, [])})
+        code = f"__import__('autograder.respond', fromlist=['pin']).pin({self.assembled.test_id(index)!r}, {names!r})"
+        try:
+            self.exchange(code, time.monotonic() + min(30.0, max(1.0, self.left())), lambda prompt: "")
+            return True
+        except (Deadline, KernelLost):
+            return self.recover(upto=index) if recover else False
+
+    def left(self) -> float:
+        """Seconds left of the notebook's time limit."""
+        return self.deadline - time.monotonic()
+
+    # ---- a lost kernel
+
+    def recover(self, upto: int | None = None) -> bool:
+        """A new kernel, with the cells before ``upto`` that had worked replayed and the pins redone.
+
+        ``upto`` is the cell that was lost (``None``: every cell reached so far, as when the
+        kernel is lost while its answers are judged). Replays run under the same per-cell
+        limit and the notebook's deadline. Returns ``False`` when no kernel could be brought
+        back (too many restarts, or no time left).
+        """
+        while self.restarts < MAX_RESTARTS and self.left() > 0:
+            self.restarts += 1
+            self._stop_kernel()
+            self._start_kernel()
+            if self._replay(self.reached if upto is None else upto):
+                return True
+        self._stop_kernel()
+        return False
+
+    def _replay(self, upto: int) -> bool:
+        for index in range(upto):
+            role = self.assembled.roles[index]
+            if role == "test":
+                if not self._pin(index, recover=False):
+                    return False
+            elif self.cells[index].cell_type == "code" and self.results[index].status == "ok":
+                saved_outputs = list(self.cells[index].outputs)
+                result = self._execute(index) if self.left() > 0 else CellResult("timeout")
+                self.cells[index].outputs = saved_outputs
+                if result.status != "ok":
+                    return False
+        return True
+
+    @property
+    def alive(self) -> bool:
+        return self.client is not None
+
+    def respondent(self, declaration, check: str, test: str, answer: str, deadline: float):
+        """The judge's respondent for answer ``answer`` as pinned at test cell ``test`` (``kernel_respondent.py``)."""
+        from .kernel_respondent import KernelRespondent
+
+        return KernelRespondent(self, declaration, check, test, answer, deadline)
+
+    # ---- questions
+
+    def exchange(self, code: str, deadline: float, answer: Callable[[str], str]) -> str:
+        """Run ``code`` silently; answer each ``input()`` prompt it makes with ``answer(prompt)``.
+
+        Returns the status of the execution (``ok`` or ``error``).
+
+        Raises:
+            Deadline: no reply before ``deadline`` (the kernel is then killed: it may be spinning).
+            KernelLost: the kernel died, or there is none.
+        """
+        if self.client is None:
+            raise KernelLost("no kernel")
+        try:
+            return run_sync(self._exchange)(code, deadline, answer)
+        except Deadline:
+            self._stop_kernel()
+            raise
+
+    async def _exchange(self, code: str, deadline: float, answer: Callable[[str], str]) -> str:
+        kc = self.client.kc
+        msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=True, stop_on_error=False)
+        poller = zmq.asyncio.Poller()
+        for channel in (kc.shell_channel, kc.stdin_channel):
+            poller.register(channel.socket, zmq.POLLIN)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise Deadline("no answer within the time limit")
+            ready = dict(await poller.poll(min(left, 1.0) * 1000))
+            if not ready:
+                if not await self.client.km.is_alive():
+                    raise KernelLost("the kernel died")
+                continue
+            if kc.stdin_channel.socket in ready:
+                message = await kc.stdin_channel.get_msg(timeout=0)
+                if message["header"]["msg_type"] == "input_request" and message["parent_header"].get("msg_id") == msg_id:
+                    kc.input(answer(str(message["content"].get("prompt", ""))))
+            if kc.shell_channel.socket in ready:
+                message = await kc.shell_channel.get_msg(timeout=0)
+                if message["parent_header"].get("msg_id") == msg_id:
+                    return str(message["content"].get("status"))
+
+    # ---- the kernel itself
+
+    def _start_kernel(self) -> None:
+        zygote = zygotes.for_limits(self.limits)
+        work = tempfile.mkdtemp(dir=self.scratch, prefix="work-")
+        if zygote is not None:  # sockets where the zygote's sandbox has them (each kernel sees its own only)
+            self.sockets = tempfile.mkdtemp(dir=zygote.folder, prefix="sockets-")
+            km_class = ZygoteKernelManager
+        else:
+            self.sockets = tempfile.mkdtemp(dir=self.scratch, prefix="sockets-")
+            km_class = SandboxedKernelManager
+        km = km_class(transport="ipc", ip=os.path.join(self.sockets, "kernel"),
+                      connection_file=os.path.join(self.sockets, "kernel.json"), kernel_name="python3")
+        km.limits = self.limits
+        if zygote is not None:
+            km.zygote, km.work = zygote, work
+        else:
+            km.scratch = work
+        self.client = _Client(self.assembled.notebook, km, self.limits.output_bytes)
+        self.client.start_new_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.client.start_new_kernel_client()  # waits until the kernel answers
+        self._prepare()
+
+    def _prepare(self) -> None:
+        """The kernel's first code, before any of the submission's: its thread count, the respondent loaded."""
+        code = (f"import torch as _t; _t.set_num_threads({self.limits.threads}); del _t; "
+                "import autograder.respond as _r; del _r")
+        status = self.exchange(code, time.monotonic() + 120, lambda prompt: "")
+        if status != "ok":
+            raise RuntimeError("the grading kernel could not be prepared (the course's `autograder` package or "
+                               "PyTorch could not be imported there)")
+
+    def _stop_kernel(self) -> None:
+        """Kill the kernel (its sandbox and everything in it goes with it)."""
+        if self.client is not None and self.client.km is not None:
+            try:
+                self.client._cleanup_kernel()
+            except Exception:  # already gone
+                pass
+        self.client = None
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
+            self.sockets = None
+
+    def close(self) -> None:
+        self._stop_kernel()
+
+
+def open_session(assembled: Assembled, limits: Limits):
+    """A :class:`KernelSession` in a scratch folder of its own, closed (kernel and folder) on exit."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def session():
+        with tempfile.TemporaryDirectory(prefix="autograder-") as scratch:
+            kernel = KernelSession(assembled, limits, scratch)
+            try:
+                yield kernel
+            finally:
+                kernel.close()
+
+    return session()
+

@@ -1,0 +1,152 @@
+"""The judge's respondent at grading: the student's sandboxed kernel, asked from outside.
+
+:class:`KernelRespondent` is what the judge (``autograder/judge.py``) asks at grading. It
+sends each request to the kernel as bytes (``autograder/wire.py``) in the code of a silent
+execution, ``respond.serve(...)``, and reads what the kernel sends back through its
+``input()`` prompts:
+
+* a *reply*: the answer's result, as untrusted data, size-capped by the kernel client's
+  ``MAXMSGSIZE`` and by :class:`~autograder.wire.Limits`, decoded without running code;
+* an *oracle* call: an earlier part, or a function of a case, that only the grading side
+  has (a reference). The judge computes it here, for the names this request may call
+  (the part's dependencies and the functions among its own inputs), on inputs no larger
+  than the request's allow, and sends the result back as data.
+
+Every request has a deadline, kept here: a kernel that does not answer in time is killed
+(``execute.KernelSession.exchange``), and the part that asked is graded as timed out.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from typing import Any
+
+import torch
+
+from .. import wire
+from ..judge import Respondent
+from ..parts import ArgumentCheck, Part, helpers, reference_module
+from ..respond import PROMPT, Reply, Request
+from .execute import Deadline, KernelSession
+from .sandbox import MESSAGE_BYTES
+
+#: An oracle call may carry at most this many times the tensor elements of the request it
+#: is made for (plus :data:`ORACLE_SLACK`): what a dependency is called on derives from the
+#: request's inputs, and the grading process must not compute a reference on anything larger.
+ORACLE_FACTOR, ORACLE_SLACK = 16, 2**16
+
+
+class TimedOut(Exception):
+    """A request got no reply before its deadline (the kernel was killed)."""
+
+
+class KernelRespondent(Respondent):
+    """The answer named ``answer``, pinned at test cell ``test`` in ``session``'s kernel.
+
+    Args:
+        deadline: ``time.monotonic()`` by which every request must be answered.
+    """
+
+    def __init__(self, session: KernelSession, declaration: Part | ArgumentCheck, check: str, test: str, answer: str,
+                 deadline: float):
+        self.session, self.declaration, self.check, self.test, self.answer = session, declaration, check, test, answer
+        self.deadline, self.seconds = deadline, max(0.0, deadline - time.monotonic())
+        self.chapter = declaration.chapter
+        self.codec = wire.Codec(helpers=helpers(self.chapter), oracle_name=self._oracle_name)
+        self.limits = wire.Limits(bytes=MESSAGE_BYTES)
+
+    def check_earlier(self, declaration: Part) -> None:
+        """Nothing: an earlier part the answer calls is answered here, with its reference (:meth:`_oracle`)."""
+
+    def ask(self, request: Request) -> Reply:
+        """The kernel's reply to ``request``.
+
+        Raises:
+            TimedOut: no reply before the deadline.
+            KernelLost: the kernel died (or had died before).
+        """
+        self._oracles = set(self._dependencies())
+        message = wire.pack({"test": self.test, "answer": self.answer, "check": self.check, "role": request.role,
+                             "args": tuple(request.args), "kwargs": dict(request.kwargs), "library": request.library},
+                            self.codec)  # records the oracles among the inputs (_oracle_name)
+        self._budget = ORACLE_FACTOR * _elements((request.args, request.kwargs)) + ORACLE_SLACK
+        self._reply: Reply | None = None
+        code = (f"__import__('autograder.respond', fromlist=['serve']).serve({self.chapter!r}, "
+                f"{base64.b64encode(message).decode()!r})")
+        try:
+            self.session.exchange(code, self.deadline, self._answer)
+        except Deadline:
+            raise TimedOut(f"checking it took longer than the {self.seconds:.0f} s it had") from None
+        if self._reply is None:
+            return Reply(error="ReplyError: the kernel sent no reply")
+        return self._reply
+
+    # ---- what the kernel sends
+
+    def _answer(self, prompt: str) -> str:
+        """The grader's answer to one ``input()`` prompt of the kernel during a request."""
+        if not prompt.startswith(PROMPT):
+            return ""  # the student's own input(): nothing to read there
+        kind, _, payload = prompt[len(PROMPT):].partition(" ")
+        if kind == "reply" and self._reply is None:
+            self._reply = self._decode_reply(payload)
+            return ""
+        if kind == "oracle":
+            return self._oracle(payload)
+        return ""
+
+    def _decode_reply(self, payload: str) -> Reply:
+        try:
+            data = wire.unpack(base64.b64decode(payload, validate=True), wire.Codec(), self.limits)
+        except (wire.WireError, ValueError) as error:
+            return Reply(error=f"ReplyError: the reply could not be read ({error})")
+        return Reply.from_data(data)
+
+    # ---- oracles: what only the grading side can compute
+
+    def _dependencies(self) -> list[str]:
+        depends_on = getattr(self.declaration, "depends_on", {})
+        return [f"{d.chapter}:{d.name}" for d in depends_on.values() if isinstance(d, Part)]
+
+    def _oracle_name(self, function: Any) -> str | None:
+        """The name under which a reference among a request's inputs is called back (and allowed)."""
+        module = reference_module(self.chapter)
+        for name, reference in (module.REFERENCES.items() if module else ()):
+            if reference is function:
+                self._oracles.add(f"{self.chapter}:{name}")
+                return f"{self.chapter}:{name}"
+        return None
+
+    def _oracle(self, payload: str) -> str:
+        """Compute what the kernel asks for, if this request may ask for it; ``ok <data>`` or ``error <why>``."""
+        try:
+            call = wire.unpack(base64.b64decode(payload, validate=True), wire.Codec(helpers=helpers(self.chapter)),
+                               self.limits)
+            name, args, kwargs = call["name"], tuple(call["args"]), dict(call["kwargs"])
+        except (wire.WireError, ValueError, KeyError, TypeError) as error:
+            return f"error the call could not be read ({error})"
+        if name not in self._oracles:
+            return f"error `{name}` is not available to this part"
+        if _elements((args, kwargs)) > self._budget:
+            return "error its inputs are much larger than the part's own"
+        chapter, _, part = name.partition(":")
+        reference = reference_module(chapter).REFERENCES[part]
+        try:
+            with torch.no_grad():
+                result = reference(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the reference's own error, passed on as the answer's
+            return f"error {type(error).__name__}: {error}"
+        return "ok " + base64.b64encode(wire.pack(result)).decode()
+
+
+def _elements(value: Any) -> int:
+    """The number of tensor elements in ``value`` (tuples, lists, dicts of tensors)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel()
+    if isinstance(value, (tuple, list)):
+        return sum(_elements(v) for v in value)
+    if isinstance(value, dict):
+        return sum(_elements(v) for v in value.values())
+    return 0
+

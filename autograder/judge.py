@@ -1,0 +1,286 @@
+"""The judge: draws a part's inputs, asks for the answer's results, and decides.
+
+The judge never calls an answer. It hands each call to a *respondent* (``respond.py``) and
+decides from the :class:`~autograder.respond.Reply` that comes back, as data: the results
+are compared with the reference's (computed here), inputs changed in place show in the
+inputs sent back, and a probe's findings are judged here. In a student's notebook the
+respondent is :class:`LocalRespondent`, in the same process (the visible checks, instant
+feedback). At grading it is ``grading/kernel_respondent.py``'s, which asks the student's
+sandboxed kernel and receives bytes: nothing the kernel sends is more than its answer.
+
+For every part the judge:
+
+* refuses the autograder's own code, and library attention where the part forbids it;
+* looks at the answer with the part's probes (structure, dropout, memory);
+* calls it on every case, on the CPU and on CUDA when present, and replays each call on
+  PyTorch's ``meta`` device (tensors created on a fixed device fail there even on a
+  machine without a GPU);
+* checks that inputs are left unchanged and compares the results with the expected ones.
+
+What only the answer's own process can observe (which library functions it called, the
+largest tensor it created, how a ``meta`` replay failed) is reported by the respondent: a
+kernel that lies about it can hide that one fault, never make a wrong result right.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import time
+from typing import Any, Callable, Protocol
+
+import torch
+
+from .core import Case, devices, passed, tensors_in, to_device
+from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, reference_of, visible_calls
+from .respond import ARGUMENTS, CASES, Reply, Request, names_used, respond
+
+# Errors that show a computation mixed tensors from two devices.
+_DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
+
+
+class NotDefined(AssertionError):
+    """The answer a check is called on does not exist (its cell raised, or never defined it)."""
+
+
+class Respondent(Protocol):
+    """Where an answer lives: :meth:`ask` calls it on a request and returns the reply."""
+
+    def ask(self, request: Request) -> Reply: ...
+
+    def check_earlier(self, declaration: Part) -> None: ...
+
+
+class LocalRespondent:
+    """An answer in this process (a student's notebook, a test): requests are answered directly.
+
+    Where the references are installed, an earlier part that the answer calls by name is
+    answered by its reference; where they are not (a student's install), the student's own
+    earlier part is checked first (:meth:`check_earlier`).
+    """
+
+    def __init__(self, declaration: Part | ArgumentCheck, answer: Any):
+        self.declaration, self.answer = declaration, answer
+
+    def ask(self, request: Request) -> Reply:
+        return respond(self.declaration, self.answer, request, earlier=reference_of)
+
+    def check_earlier(self, declaration: Part) -> None:
+        """Without the references, an earlier part the answer calls must pass its own visible check first."""
+        from .core import functions_of
+
+        functions = functions_of(self.answer)
+        called = set().union(*(names_used(f.__code__) for f in functions)) if functions else set()
+        namespace = {k: v for f in functions for k, v in f.__globals__.items()}
+        for name, dependency in declaration.depends_on.items():
+            if name not in called or not isinstance(dependency, Part) or reference_of(dependency) is not None:
+                continue
+            if name not in namespace:
+                raise AssertionError(f"{declaration.name}: uses `{dependency.name}`, which is not defined in this "
+                                     f"notebook; write (or paste) your `{dependency.name}` first, then run this cell again")
+            try:
+                with contextlib.redirect_stdout(io.StringIO()):
+                    judge(dependency, LocalRespondent(dependency, namespace[name]))
+            except (AssertionError, NotImplementedError) as problem:
+                first_line = str(problem).splitlines()[0] if str(problem) else type(problem).__name__
+                raise AssertionError(
+                    f"{declaration.name}: calls your `{dependency.name}`, which does not pass its own check yet "
+                    f"({first_line}); fix `{dependency.name}` first, then run this cell again") from None
+
+
+def checks(declaration: Part | ArgumentCheck) -> Callable[[Callable], Callable]:
+    """The decorator of a chapter's ``check_<part>(answer, hidden=False)``: its body is the judge's.
+
+    The decorated function keeps its name and docstring (what a student reads with
+    ``help``) and carries ``.declaration``, by which the grader finds what a test cell checks.
+    """
+
+    def decorate(function: Callable) -> Callable:
+        @functools.wraps(function)
+        def check(answer: Any, hidden: bool = False) -> None:
+            count = judge(declaration, LocalRespondent(declaration, answer), hidden=hidden)
+            passed(declaration.name, count, hidden and isinstance(declaration, Part))
+
+        check.declaration = declaration
+        return check
+
+    return decorate
+
+
+def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: bool = False, key: str | None = None,
+          where: list[torch.device] | None = None) -> int:
+    """Judge one part (its visible cases, or its hidden ones for the student whose key is ``key``).
+
+    Args:
+        where: the devices the answer runs on (default: the CPU, and CUDA where present).
+
+    Returns:
+        the number of calls judged.
+
+    Raises:
+        AssertionError: the first problem found, as a message for the student.
+        NotImplementedError: the answer is still the released stub.
+    """
+    if isinstance(declaration, ArgumentCheck):
+        return _judge_arguments(declaration, respondent)
+    part = declaration
+    respondent.check_earlier(part)
+    for probe in part.probes:
+        _judge_probe(part, probe, respondent)
+    if hidden:
+        calls, reference = hidden_calls(part, key)
+        expected_by = part.adapt(reference) if reference is not None and part.compare_with_reference else None
+    else:
+        calls, expected_by = visible_calls(part), None
+    where = where if where is not None else devices()
+    count = 0
+    for index, call in enumerate(calls):
+        count += _judge_call(part, respondent, call, expected_by, where, library=part.forbid_library and index == 0)
+    return count
+
+
+# --------------------------------------------------------------------------------------
+# One call
+# --------------------------------------------------------------------------------------
+
+
+def _judge_call(part: Part, respondent: Respondent, call: Call, expected_by: Callable | None,
+                where: list[torch.device], library: bool) -> int:
+    """One call on every device, then on ``meta``; returns the number of device runs."""
+    where = where if part.on_devices else [torch.device("cpu")]
+    for device in where:
+        case = Case(part.name, f"{call.description}, on {device.type}", call.seed)
+        args, kwargs = to_device(call.args, device), to_device(call.kwargs, device)
+        kept = _copy((args, kwargs))  # the inputs as sent, whatever the answer does to them
+        reply = _ask(case, respondent, Request(CASES, args, kwargs, library=library))
+        if library:
+            _expect_no_library_attention(case, reply)
+            library = False
+        result = answer_of(case, reply)
+        _expect_inputs_unchanged(case, part, kept, reply.after)
+        expected = expected_by(*kept[0], **kept[1]) if expected_by is not None else to_device(call.expected, device)
+        if expected is not None or part.compare is not None:
+            slack = part.rounding(*kept[0], **kept[1]) if part.rounding is not None else 0.0
+            _judged(case, part.compare_results, case, result, expected, slack)
+        if part.extra is not None:
+            _judged(case, part.extra, case, kept[0], kept[1], result)
+    if part.meta:
+        case = Case(part.name, f"{call.description}, on the meta device", call.seed)
+        _expect_meta_result(case, _ask(case, respondent, Request(CASES, to_device(call.args, "meta"),
+                                                                 to_device(call.kwargs, "meta"))))
+    return len(where)
+
+
+def _ask(case: Case, respondent: Respondent, request: Request) -> Reply:
+    """The respondent's reply, with the judge's own measure of how long it took (``case.seconds``)."""
+    started = time.perf_counter()
+    reply = respondent.ask(request)
+    case.seconds = time.perf_counter() - started
+    return reply
+
+
+def answer_of(case: Case, reply: Reply) -> Any:
+    """What the answer returned; fails the case if it raised, was not written, or is the autograder's."""
+    _expect_an_own_answer(case, reply)
+    if reply.error:
+        case.fail(f"raised {reply.error}")
+    return reply.result
+
+
+def _expect_an_own_answer(case: Case, reply: Reply) -> None:
+    """The answer exists, is written, and is not the autograder's own."""
+    if reply.missing:
+        raise NotDefined(f"{case.part}: {reply.missing}")
+    if reply.module.startswith("autograder"):
+        case.fail(f"is from the autograder package (`{reply.module}`); write your own implementation in the notebook")
+    if reply.unanswered:
+        raise NotImplementedError(f"{case.part}: not answered yet (it still raises NotImplementedError)")
+
+
+def _judged(case: Case, assertion: Callable, *args) -> None:
+    """Run a judge's assertion on a reply's data: data of an unexpected kind fails the case, saying so."""
+    try:
+        assertion(*args)
+    except (AssertionError, NotImplementedError):
+        raise
+    except Exception as error:  # noqa: BLE001 - e.g. a tuple where a tensor was due
+        case.fail(f"returned something that cannot be checked ({type(error).__name__}: {error})")
+
+
+def _copy(value: Any) -> Any:
+    """A copy of the tensors in ``value`` (tuples, lists, dicts of them), everything else as is."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copy(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copy(v) for k, v in value.items()}
+    return value
+
+
+def _expect_inputs_unchanged(case: Case, part: Part, kept: tuple, after: tuple) -> None:
+    """The tensors the answer was given, as it sent them back, equal those that were sent."""
+    (args, kwargs), (args_after, kwargs_after) = kept, after
+    named = [(part.arguments[i] if i < len(part.arguments) else f"argument {i + 1}", value, after_value)
+             for i, (value, after_value) in enumerate(zip(args, args_after))]
+    named += [(name, value, kwargs_after.get(name)) for name, value in kwargs.items()]
+    for name, before, now in named:
+        if isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor):
+            same = now.shape == before.shape and torch.equal(now.detach().nan_to_num(0), before.nan_to_num(0))
+            case.check(same, f"modifies its input `{name}` in place; work on new tensors instead "
+                             "(e.g. x = x - 1, not x -= 1)")
+
+
+def _expect_no_library_attention(case: Case, reply: Reply) -> None:
+    case.check(not reply.library, f"calls {sorted(set(reply.library))[0] if reply.library else ''}: the contract asks "
+                                  "you to implement this part yourself rather than delegate its core to a library "
+                                  "implementation, so its points are withheld")
+
+
+def _expect_meta_result(case: Case, reply: Reply) -> None:
+    """The replay on ``meta``: a device mismatch fails; an operation ``meta`` cannot run is inconclusive."""
+    if reply.error or reply.unanswered or reply.missing:
+        if any(text in reply.error for text in _DEVICE_MISMATCH):
+            case.fail(wrong_device_message(reply.error.split(": ", 1)[-1]))
+        return  # an operation meta tensors do not support: inconclusive
+    for t in tensors_in(reply.result):
+        case.check(t.device.type == "meta", wrong_device_message(f"returned a tensor on {t.device}"))
+
+
+def wrong_device_message(detail: Any) -> str:
+    return (
+        "is not device-agnostic: it creates a tensor on a fixed device instead of the device of its "
+        f"inputs ({detail}). Pass device=x.device (and dtype=x.dtype), or use torch.zeros_like / x.new_zeros."
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Probes and argument checks
+# --------------------------------------------------------------------------------------
+
+
+def _judge_probe(part: Part, probe: Probe, respondent: Respondent) -> None:
+    for call in probe.calls():
+        case = Case(part.name, call.description)
+        kept = _copy((call.args, call.kwargs))
+        result = answer_of(case, _ask(case, respondent, Request(probe.name, call.args, call.kwargs)))
+        _judged(case, probe.check, case, kept[0], kept[1], result)
+
+
+def _judge_arguments(check: ArgumentCheck, respondent: Respondent) -> int:
+    """Each bad call must raise ``ValueError`` with a message that names its argument."""
+    calls = check.calls()
+    built = "" if check.construct is None else f"{check.part}{check.construct}, then "
+    for argument, args, kwargs in calls:
+        case = Case(check.part, f"{built}bad arguments")
+        reply = _ask(case, respondent, Request(ARGUMENTS, args, kwargs))
+        _expect_an_own_answer(case, reply)
+        kind, _, message = reply.error.partition(": ")
+        if kind == "ValueError":
+            case.check(argument in message, f"the ValueError should name `{argument}`; its message was: {message}")
+        elif reply.error:
+            case.fail(f"should raise ValueError naming `{argument}`, raised {reply.error}")
+        else:
+            case.fail(f"should raise ValueError naming `{argument}`, but returned normally")
+    return len(calls)

@@ -1,0 +1,281 @@
+"""What a graded part is, and where its cases come from: the declarations both sides read.
+
+Each chapter's checks module (``autograder/chNN_*.py``) declares its graded parts as data:
+
+* a :class:`Part`: how to call an answer on a case (``adapt``), how to compare what comes
+  back with the reference's result (``compare``, ``extra``), and :class:`Probe`\\ s, looks at
+  an answer with inputs of the checks' own (a module's layers, dropout, memory);
+* an :class:`ArgumentCheck`: bad inputs and the argument each one gets wrong.
+
+One declaration drives both sides of a check. The *respondent* (``respond.py``) is the
+only code that calls an answer: where the answer lives (a student's notebook, or a
+sandboxed grading kernel) it adapts the answer and calls it on inputs it is sent. The
+*judge* (``judge.py``) draws the inputs, computes the expected results and decides, from
+what the respondent sends back as data. In a student's notebook both run in one process
+(instant feedback); at grading the judge runs in the grading process and never in the
+student's.
+
+**Visible cases** are data: their inputs and the reference's results are stored in
+``autograder/cases/<chapter>.json`` (``python -m autograder.reference.generate``), so the
+checks that students install hold no reference implementation. **Hidden cases** exist only
+on the grading side (``autograder.reference``): they are drawn from a seed derived from a
+student's key (from the course secret), the chapter and the part (:func:`hidden_seed`), so
+that grading the same notebook twice gives the same grade and two students get different
+inputs.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import importlib.util
+import json
+import random
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import wire
+from .core import Case, expect_same_results
+
+#: The key of hidden cases drawn in this process when no other is given (a student running
+#: hidden checks where the references are installed, a test): random, so that nobody learns
+#: the hidden cases by running the checks. The grading command passes each student's key.
+SEED_KEY = secrets.token_hex(16)
+CASES_DIRECTORY = Path(__file__).resolve().parent / "cases"
+
+
+@dataclass
+class Call:
+    """One call of a graded answer.
+
+    Attributes:
+        description: the inputs in words, for messages, e.g. ``"queries (4,), keys (6,)"``.
+        args, kwargs: the arguments; tensors are moved to each device in turn, and a
+            ``torch.device`` among them is replaced by that device.
+        expected: the reference's result (stored with visible calls); ``None`` for hidden
+            calls, whose expected result the judge computes with the reference.
+        seed: the part's seed for a hidden call, ``None`` for a visible one.
+    """
+
+    description: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    expected: Any = None
+    seed: int | None = None
+
+
+def _identity(answer: Any) -> Callable:
+    return answer
+
+
+@dataclass
+class Probe:
+    """A look at an answer on inputs of the checks' own, judged from what comes back.
+
+    The respondent calls ``adapt(answer)(*call.args, **call.kwargs)`` for each of
+    ``calls()`` and sends back the result as data; the judge calls
+    ``check(case, args, kwargs, result)``, which fails the case with a message. A probe
+    whose ``adapt`` measures what only the answer's own process can see (memory, a
+    generator's use) is an *inside signal*: a kernel that lies about it can hide a fault
+    of that kind, never make a wrong result right.
+
+    Attributes:
+        name: what is looked at, e.g. ``"layers and dropout"``; unique within its part.
+        calls: the probe's calls (fixed inputs, the same for every student).
+        adapt: turns the answer into the function called on each call (in the respondent).
+        check: the assertions on one call's result (in the judge).
+        inside: whether the result is an inside signal (README: what is judged where).
+    """
+
+    name: str
+    calls: Callable[[], list[Call]]
+    adapt: Callable[[Any], Callable]
+    check: Callable[[Case, tuple, dict, Any], None]
+    inside: bool = False
+
+
+@dataclass
+class Part:
+    """What is special about one graded part; everything else is the judge's.
+
+    Attributes:
+        name: the contract's name, e.g. ``"nadaraya_watson"``.
+        chapter: the checks module, e.g. ``"ch01_nadaraya_watson"``.
+        arguments: names of the positional arguments, for messages about inputs changed in place.
+        outputs: what each returned tensor is called in messages.
+        adapt: turns an answer (a function or a class) into the function called on a case;
+            applied by the respondent to the student's answer and by the judge to the reference.
+        compare: ``compare(case, result, expected)``; by default type, shape, dtype,
+            device and values of every output within ``atol``/``rtol``.
+        extra: ``extra(case, args, kwargs, result)``: assertions special to the part,
+            made by the judge on every call after the comparison.
+        probes: the part's :class:`Probe`\\ s, judged before its cases.
+        on_devices: call on every device (``False``: on the CPU only, for functions
+            whose inputs carry no device).
+        meta: replay each call on the ``meta`` device.
+        forbid_library: withhold the points if the answer calls library attention.
+        depends_on: ``{global name: what stands in for it}`` for what the answer calls by
+            name while it is checked: an earlier graded :class:`Part` (the grading side
+            answers such calls with its reference, from outside the student's process; on
+            a student's machine the student's own is checked first), or a stand-in of the
+            checks' own (a class or function) that replaces it on both sides.
+        compare_with_reference: ``False`` for parts judged by their properties alone
+            (statistics, a trained model): no expected result is computed or stored, and
+            ``compare`` gets ``None`` for it.
+        rounding: ``rounding(*args, **kwargs)``: an absolute tolerance added to ``atol`` for
+            one call, as far as float32 rounding alone may move a correct result on those
+            inputs (e.g. :func:`~autograder.core.attention_rounding`); ``None``: nothing added.
+    """
+
+    name: str
+    chapter: str
+    arguments: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ("the output",)
+    atol: float = 1e-5
+    rtol: float = 1e-4
+    adapt: Callable[[Any], Callable] = _identity
+    compare: Callable | None = None
+    extra: Callable | None = None
+    probes: tuple[Probe, ...] = ()
+    on_devices: bool = True
+    meta: bool = True
+    forbid_library: bool = False
+    depends_on: dict[str, Any] = field(default_factory=dict)
+    compare_with_reference: bool = True
+    rounding: Callable[..., float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.rounding is not None and self.compare is not None:
+            raise ValueError(f"{self.name}: `rounding` widens the default comparison; a part with its own "
+                             "`compare` must allow for rounding there")
+        if len({probe.name for probe in self.probes}) != len(self.probes):
+            raise ValueError(f"{self.name}: two probes share a name")
+
+    def probe(self, name: str) -> Probe:
+        return next(probe for probe in self.probes if probe.name == name)
+
+    def compare_results(self, case: Case, result: Any, expected: Any, slack: float = 0.0) -> None:
+        """Compare one call's result with the expected one; ``slack`` is added to ``atol``."""
+        if self.compare is not None:
+            self.compare(case, result, expected)
+        else:
+            expect_same_results(case, result, expected, self.outputs, atol=self.atol + slack, rtol=self.rtol)
+
+    def stand_ins(self) -> tuple:
+        """The checks' own stand-ins among the dependencies (they may call library attention)."""
+        return tuple(dependency for dependency in self.depends_on.values() if not isinstance(dependency, Part))
+
+
+@dataclass
+class ArgumentCheck:
+    """The ``ValueError``\\ s of a part, graded apart from its results.
+
+    Attributes:
+        part: the graded part's name, e.g. ``"masked_attention"``.
+        chapter: the checks module.
+        calls: ``() -> [(argument, args, kwargs), ...]``: bad inputs and the argument they
+            get wrong; each must raise ``ValueError`` with a message that names it.
+        construct: for a module whose ``forward`` is checked, the arguments it is built
+            with (``None``: the answer itself is called, a class included).
+    """
+
+    part: str
+    chapter: str
+    calls: Callable[[], list[tuple[str, tuple, dict]]]
+    construct: tuple | None = None
+
+    @property
+    def name(self) -> str:
+        return self.part
+
+
+# --------------------------------------------------------------------------------------
+# Where cases come from
+# --------------------------------------------------------------------------------------
+
+
+def hidden_seed(chapter: str, part: str, key: str | None = None) -> int:
+    """The seed of a part's hidden cases for the student whose key is ``key``.
+
+    The grading command derives each student's key from the course secret, the assignment
+    and the student (``grading/secret.py``); the seed mixes in the chapter and the part.
+    The same key gives the same seed on every run. Without a key: this process's own.
+    """
+    digest = hashlib.sha256(f"{SEED_KEY if key is None else key}/{chapter}/{part}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def derived_seeds(seed: int, count: int = 3) -> list[int]:
+    """``count`` seeds drawn from ``seed``: one per group of hidden cases of a part."""
+    rng = random.Random(seed)
+    return [rng.randrange(2**31) for _ in range(count)]
+
+
+def reference_module(chapter: str):
+    """``autograder.reference.<chapter>``, or ``None`` where the references are not installed."""
+    if importlib.util.find_spec("autograder.reference") is None:
+        return None
+    return importlib.import_module(f"autograder.reference.{chapter}")
+
+
+def reference_of(part: Part) -> Any:
+    """The reference answer of ``part``, or ``None`` without the grading side."""
+    module = reference_module(part.chapter)
+    return None if module is None else module.REFERENCES.get(part.name)
+
+
+def hidden_calls(part: Part, key: str | None = None) -> tuple[list[Call], Any]:
+    """``(calls, reference)``: the part's hidden calls for the student whose key is ``key``, and its reference."""
+    module = reference_module(part.chapter)
+    if module is None:
+        raise RuntimeError(f"{part.name}: hidden checks run only where the course's references are installed "
+                           "(the grading side); run the visible checks with hidden=False")
+    seed = hidden_seed(part.chapter, part.name, key)
+    calls = module.HIDDEN[part.name](seed)
+    for call in calls:
+        call.seed = seed
+    return calls, module.REFERENCES.get(part.name)
+
+
+def visible_calls(part: Part) -> list[Call]:
+    """The part's visible calls, read from the chapter's case file."""
+    return [Call(raw["description"], decode(part.chapter, raw["args"]), decode(part.chapter, raw["kwargs"]),
+                 decode(part.chapter, raw["expected"])) for raw in json.loads(_case_file(part.chapter))[part.name]]
+
+
+@functools.lru_cache(maxsize=None)
+def _case_file(chapter: str) -> str:
+    """The text of a chapter's case file (parsed afresh by each check: nothing shared to alter)."""
+    path = CASES_DIRECTORY / f"{chapter}.json"
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RuntimeError(f"the visible cases of {chapter} are missing ({path}): reinstall the course's checks, "
+                           "or run `make exercises` in the course repository") from None
+
+
+# --------------------------------------------------------------------------------------
+# Visible cases as JSON: the wire's data with tensors inline, helpers by name
+# --------------------------------------------------------------------------------------
+
+
+def helpers(chapter: str) -> dict[str, Callable]:
+    """``HELPERS`` of a chapter's checks module: functions a case may pass by name (none if absent)."""
+    return getattr(importlib.import_module(f"autograder.{chapter}"), "HELPERS", {})
+
+
+def encode(chapter: str, value: Any) -> Any:
+    """``value`` as JSON-ready data; functions must be helpers of the chapter's checks module."""
+    try:
+        return wire.to_data(value, wire.Codec(helpers=helpers(chapter)))
+    except wire.WireError as error:
+        raise ValueError(f"a visible case of {chapter} passes something that is not data or one of its HELPERS "
+                         f"({error})") from None
+
+
+def decode(chapter: str, data: Any) -> Any:
+    """The inverse of :func:`encode`."""
+    return wire.from_data(data, wire.Codec(helpers=helpers(chapter)))
