@@ -205,7 +205,43 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
         """
     add("opens_network", answer(solution, "window_mask", network), expect(window_mask="failed"))
 
-    # 8. answers hard-coded to the visible cases
+    # 8. resources: each works only where a limit would not hold
+    add("reads_shadow", answer(solution, "window_mask", secret(Path("/etc/shadow"))), expect(window_mask="failed"))
+    add("huge_message", answer(solution, "window_mask", RIGHT_WINDOW + "\nprint('x' * 700_000_000)\n"), expect())
+    if _cgroups():
+        add("fork_bomb", answer(solution, "window_mask", _if_it_leaks("""
+            import subprocess
+            started = []
+            try:
+                for _ in range(2000):
+                    started.append(subprocess.Popen(['sleep', '60']))
+            except OSError:
+                pass
+            leaked = len(started) >= 1000
+            for child in started:
+                child.kill()
+            """)), expect(window_mask="failed"))
+        add("disk_flood", answer(solution, "window_mask", _if_it_leaks("""
+            import os
+            leaked = False
+            from ipykernel.kernelapp import IPKernelApp
+            folder = os.path.dirname(IPKernelApp.instance().connection_file)  # where the grader's disk is
+            try:
+                with open(os.path.join(folder, 'flood'), 'wb') as flood:
+                    for _ in range(300):
+                        flood.write(b'x' * 2**20)
+                leaked = True
+            except OSError:
+                pass
+            """)), expect(window_mask="failed"))
+        add("memory_outside_the_heap", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent("""
+            import mmap
+            block = mmap.mmap(-1, 6 * 2**30)  # shared memory: not data memory, counted by the cgroup
+            for offset in range(0, len(block), 4096):
+                block[offset] = 1
+            """)), expect(window_mask="error"))
+
+    # 9. answers hard-coded to the visible cases
     add("hard_coded", answer(solution, "window_mask", _hard_coded_window()), expect(window_mask="failed"))
     return entries
 
@@ -248,6 +284,19 @@ def window_mask(num_queries, num_keys, radius, device=None):
         spec.loader.exec_module(reference)
     return reference.window_mask(num_queries, num_keys, radius, device)
 """
+
+
+def _cgroups() -> bool:
+    """Whether kernels get a cgroup here (the resource attacks are expected to fail only then)."""
+    from autograder.grading import limits
+
+    return isinstance(limits.available(), limits.Hierarchy)
+
+
+def _if_it_leaks(attempt: str) -> str:
+    """``attempt`` (which sets ``leaked``), then a right ``window_mask`` if it leaked, a wrong one otherwise."""
+    return textwrap.dedent(attempt) + "\nif leaked:\n" + textwrap.indent(RIGHT_WINDOW.strip(), "    ") + \
+        "\nelse:\n" + textwrap.indent(WRONG_WINDOW.strip(), "    ") + "\n"
 
 
 def _always_equal_tensors() -> str:

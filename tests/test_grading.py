@@ -193,6 +193,19 @@ def _executable(page: str, marker: str) -> list[str]:
     assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds
 
 
+def test_a_kernel_out_of_memory_is_told_so(graded):
+    course, entries, _, _, _ = graded
+    if "memory_outside_the_heap" not in entries:
+        pytest.skip("no cgroup here: the kernel's memory outside the heap is not limited")
+    message = read_rows(course)[("memory_outside_the_heap", "test_window_mask")]["message"]
+    assert "ran out of its 4096 MiB of memory" in message, message
+
+
+def test_the_run_says_which_limits_applied(graded):
+    _, _, result, _, _ = graded
+    assert "limits per kernel" in result.stdout, result.stdout[:1000]
+
+
 def test_a_flood_of_output_is_cut_off(graded):
     course, _, _, _, _ = graded
     path = notebook(course / "autograded" / "output_flood", A)

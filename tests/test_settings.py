@@ -36,14 +36,15 @@ def test_grade_takes_every_setting_as_a_keyword_and_nothing_else():
 def test_every_setting_is_an_option_of_the_command_with_its_declared_help():
     options = {"--memory-mb": "memory_mb", "--notebook-timeout": "notebook_timeout", "--workers": "workers",
                "--scheduler": "scheduler", "--scheduler-timeout": "scheduler_timeout", "--device": "device",
-               "--timeout": "timeout", "--secret-file": "secret_file"}
+               "--timeout": "timeout", "--secret-file": "secret_file", "--processes": "processes"}
     assert set(options.values()) | {"sandbox"} == set(setting_names())
     argv = ["grade", "03_masking", "--memory-mb", "1024", "--notebook-timeout", "30", "--workers", "3",
             "--scheduler", "tcp://h:8786", "--scheduler-timeout", "9", "--device", "cpu", "--timeout", "7.5",
-            "--secret-file", "s", "--no-sandbox"]
+            "--secret-file", "s", "--processes", "64", "--no-sandbox"]
     args = cli.parse_args(argv)
     assert (args.memory_mb, args.notebook_timeout, args.workers, args.scheduler, args.scheduler_timeout, args.device,
-            args.timeout, args.secret_file, args.sandbox) == (1024, 30.0, 3, "tcp://h:8786", 9.0, "cpu", 7.5, "s", False)
+            args.timeout, args.secret_file, args.processes, args.sandbox) == (1024, 30.0, 3, "tcp://h:8786", 9.0, "cpu",
+                                                                               7.5, "s", 64, False)
     untouched = cli.parse_args(["grade", "03_masking"])
     assert all(getattr(untouched, name) is None for name in setting_names()), "unset options leave the config alone"
     parser_help = cli.parse_args.__code__  # the help text comes from the trait: check one

@@ -30,15 +30,15 @@ def _limits(**changes):
 
 @pytest.fixture(scope="module")
 def zygote():
-    from autograder.grading import zygote as zygotes
+    from autograder.grading import kernels
 
-    found = zygotes.for_limits(_limits())
+    found = kernels.for_limits(_limits())
     if found is None:  # on CI it must: the 5x grading speed depends on it
         if os.environ.get("CI"):
             pytest.fail("no zygote could start (see the notice above)")
         pytest.skip("no zygote can start here (see the notice above)")
     yield found
-    zygotes.stop_all()
+    kernels.stop_all()
 
 
 class Kernel:
@@ -47,22 +47,23 @@ class Kernel:
     def __init__(self, zygote, limits):
         from jupyter_client.blocking import BlockingKernelClient
 
-        from autograder.grading.sandbox import ZygoteKernelManager
+        from autograder.grading.kernels import SandboxedKernelManager
 
         self.sockets = tempfile.mkdtemp(dir=zygote.folder, prefix="sockets-")
-        self.km = ZygoteKernelManager(transport="ipc", ip=os.path.join(self.sockets, "kernel"),
-                                      connection_file=os.path.join(self.sockets, "kernel.json"), kernel_name="python3")
-        self.km.zygote, self.km.limits = zygote, limits
+        self.km = SandboxedKernelManager(transport="ipc", ip=os.path.join(self.sockets, "kernel"),
+                                         connection_file=os.path.join(self.sockets, "kernel.json"), limits=limits,
+                                         zygote=zygote)
         run_sync(self.km.start_kernel)()
         self.kc = BlockingKernelClient()
         self.kc.load_connection_info(self.km.get_connection_info())
         self.kc.start_channels()
         self.kc.wait_for_ready(timeout=60)
+        self.sealed = self.km.handle().seal()
 
-    def ask(self, code: str):
+    def ask(self, code: str, timeout: float = 60):
         """Run ``code``, which sets ``result``; its value (through JSON), or the error's name and text."""
         reply = self.kc.execute_interactive(code, user_expressions={"result": "__import__('json').dumps(result)"},
-                                            timeout=60, output_hook=lambda msg: None)
+                                            timeout=timeout, output_hook=lambda msg: None)
         content = reply["content"]
         if content["status"] != "ok":
             return {"error": content["ename"], "message": content["evalue"]}
@@ -279,10 +280,10 @@ def test_a_grading_session_restarts_a_killed_kernel_from_the_zygote(zygote):
 
 @pytest.mark.slow
 def test_without_the_sandbox_kernels_are_forked_too(tmp_path):
-    from autograder.grading import zygote as zygotes
+    from autograder.grading import kernels
 
     limits = _limits(sandbox=False)
-    zygote = zygotes.Zygote(limits)
+    zygote = kernels.Zygote(limits)
     try:
         kernel = Kernel(zygote, limits)
         try:
@@ -294,24 +295,23 @@ def test_without_the_sandbox_kernels_are_forked_too(tmp_path):
 
 
 def test_no_zygote_when_it_is_switched_off(monkeypatch):
-    from autograder.grading import zygote as zygotes
+    from autograder.grading import kernels
 
-    assert zygotes.for_limits(_limits(zygote=False)) is None
+    assert kernels.for_limits(_limits(zygote=False)) is None
     monkeypatch.setenv("AUTOGRADER_ZYGOTE", "0")
-    assert zygotes.for_limits(_limits()) is None
+    assert kernels.for_limits(_limits()) is None
 
 
 def test_a_zygote_that_cannot_start_falls_back_with_a_notice(monkeypatch, capsys):
-    from autograder.grading import sandbox
-    from autograder.grading import zygote as zygotes
+    from autograder.grading import kernels, sandbox
 
     monkeypatch.setattr(sandbox, "zygote_command", lambda *args: [sys.executable, "-c", "raise SystemExit('no')"])
-    monkeypatch.setattr(zygotes, "_zygotes", {})
-    monkeypatch.setattr(zygotes, "_failed", {})
+    monkeypatch.setattr(kernels, "_zygotes", {})
+    monkeypatch.setattr(kernels, "_failed", {})
     limits = _limits(memory_mb=1234)
-    assert zygotes.for_limits(limits) is None
+    assert kernels.for_limits(limits) is None
     assert "no kernel zygote" in capsys.readouterr().err
-    assert zygotes.for_limits(limits) is None  # said once, not tried again
+    assert kernels.for_limits(limits) is None  # said once, not tried again
     assert capsys.readouterr().err == ""
 
 
@@ -320,33 +320,135 @@ def test_a_zygote_that_cannot_start_falls_back_with_a_notice(monkeypatch, capsys
 def test_a_zygote_that_cannot_start_leaves_no_folder_behind(monkeypatch, tmp_path, capsys, command):
     import tempfile
 
-    from autograder.grading import sandbox
-    from autograder.grading import zygote as zygotes
+    from autograder.grading import kernels, sandbox
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     monkeypatch.setattr(sandbox, "zygote_command", lambda *args: command)
-    monkeypatch.setattr(zygotes, "_zygotes", {})
-    monkeypatch.setattr(zygotes, "_failed", {})
-    assert zygotes.for_limits(_limits(memory_mb=1235)) is None
+    monkeypatch.setattr(kernels, "_zygotes", {})
+    monkeypatch.setattr(kernels, "_failed", {})
+    assert kernels.for_limits(_limits(memory_mb=1235)) is None
     assert "no kernel zygote" in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []
 
 
 def _folder_and_answer(limits):
     """In a forked grading process: the zygote it uses, and how a kernel's cell ended."""
-    from autograder.grading import zygote as zygotes
+    from autograder.grading import kernels
 
-    return zygotes.for_limits(limits).folder, _session_results(limits, "import os\nassert os.getpid() == 2")
+    return kernels.for_limits(limits).folder, _session_results(limits, "import os\nassert os.getpid() == 2")
 
 
 @pytest.mark.slow
 def test_processes_forked_after_prestart_share_its_zygote(zygote):
     import multiprocessing
 
-    from autograder.grading import zygote as zygotes
+    from autograder.grading import kernels
 
-    zygotes.prestart(_limits())  # the module's zygote: already started, so nothing new
+    kernels.prestart(_limits())  # the module's zygote: already started, so nothing new
     with multiprocessing.get_context("fork").Pool(2) as pool:
         answers = pool.map(_folder_and_answer, [_limits(), _limits()])
     assert answers == [(zygote.folder, ["ok", "not run"])] * 2
     assert zygote.alive()  # the pool's processes ended; the zygote is this process's
+
+
+# --------------------------------------------------------------------------------------
+# Limits that hold for the whole kernel
+# --------------------------------------------------------------------------------------
+
+
+def _cgroup_or_skip():
+    from autograder.grading import limits
+
+    found = limits.available()
+    if not isinstance(found, limits.Hierarchy):
+        if os.environ.get("CI"):
+            pytest.fail(f"no cgroup can be made on CI: {found}")
+        pytest.skip(f"no cgroup can be made here: {found}")
+    return found
+
+
+@pytest.mark.slow
+def test_a_kernel_cannot_write_where_its_sockets_are(kernels):
+    kernel = kernels()
+    assert kernel.sealed, "the sockets folder was not sealed"
+    result = kernel.ask(f"""
+import errno
+try:
+    open({os.path.join(kernel.sockets, 'flood')!r}, 'wb').write(b'x' * 2**20)
+    result = 'written'
+except OSError as error:
+    result = errno.errorcode.get(error.errno, str(error))
+""")
+    assert result == "EROFS" and not os.path.exists(os.path.join(kernel.sockets, "flood"))
+    assert kernel.ask("result = 6 * 7") == 42, "its sockets still work"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="the grader is not root here")
+def test_a_root_graders_kernels_run_as_nobody(kernels):
+    result = kernels().ask("""
+try:
+    open('/etc/shadow', 'rb').read(1)
+    result = 'read'
+except OSError as error:
+    result = type(error).__name__
+""")
+    assert result == "PermissionError"
+
+
+def _died_or(kernel, code: str):
+    """``kernel.ask(code)``, or ``"died"`` if the kernel is gone after it."""
+    try:
+        answer = kernel.ask(code, timeout=20)
+    except Exception:  # noqa: BLE001 - no reply: the kernel was killed
+        answer = None
+    return "died" if not kernel.alive() else answer
+
+
+@pytest.mark.slow
+def test_memory_is_limited_across_all_of_a_kernels_processes(kernels):
+    _cgroup_or_skip()
+    kernel = kernels()  # 2048 MiB; each child alone stays under it
+    outcome = _died_or(kernel, """
+import subprocess, sys
+children = [subprocess.Popen([sys.executable, '-c', 'x = bytearray(800 * 2**20); import time; time.sleep(3)'])
+            for _ in range(4)]
+result = [child.wait() for child in children]
+""")
+    assert outcome == "died" or -9 in outcome, f"3.2 GB in four processes under a 2 GiB limit: {outcome}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("where", ["shared memory", "/tmp", "/dev/shm"])
+def test_memory_outside_the_heap_counts_too(kernels, where):
+    _cgroup_or_skip()
+    kernel = kernels()
+    write = {
+        "shared memory": "import mmap\nblock = mmap.mmap(-1, 3 * 2**30)\nfor i in range(0, len(block), 4096):\n"
+                         "    block[i] = 1\nresult = len(block)",
+        "/tmp": "result = 0\ntry:\n    with open('/tmp/flood', 'wb') as f:\n        for _ in range(3 * 1024):\n"
+                "            f.write(b'x' * 2**20)\n            result += 2**20\nexcept OSError:\n    pass",
+        "/dev/shm": "result = 0\ntry:\n    with open('/dev/shm/flood', 'wb') as f:\n        for _ in range(3 * 1024):\n"
+                    "            f.write(b'x' * 2**20)\n            result += 2**20\nexcept OSError:\n    pass",
+    }[where]
+    outcome = _died_or(kernel, write)
+    assert outcome == "died" or outcome <= 2048 * 2**20, f"{where}: {outcome} bytes under a 2 GiB limit"
+
+
+@pytest.mark.slow
+def test_processes_are_limited(kernels):
+    _cgroup_or_skip()
+    kernel = kernels()
+    started = _died_or(kernel, """
+import subprocess
+children = []
+try:
+    for _ in range(600):
+        children.append(subprocess.Popen(['sleep', '30']))
+except OSError:
+    pass
+result = len(children)
+for child in children:
+    child.kill()
+""")
+    assert started != "died" and started < 256, f"{started} processes started under a limit of 256"

@@ -37,10 +37,11 @@ from pathlib import Path
 import nbformat
 
 from .. import __version__
-from . import zygote
+from . import kernels
 from .verdict import STATUSES, PartResult, grade_submission
 from .gradebook import Course, ensure_assignment, read_timestamp, record, write_csv
 from .sandbox import Limits, check_bubblewrap
+from .sandbox import policy as sandbox_policy
 from .secret import fingerprint, load_or_create, student_key
 from .settings import GradeSettings, course_config, resolve
 
@@ -73,7 +74,8 @@ class GradeReport:
 
 def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False, progress: bool = True,
           device: str | None = None, memory_mb: int | None = None, notebook_timeout: float | None = None,
-          sandbox: bool | None = None, scheduler: str | None = None, scheduler_timeout: float | None = None,
+          processes: int | None = None, sandbox: bool | None = None, scheduler: str | None = None,
+          scheduler_timeout: float | None = None,
           secret_file: str | Path | None = None, timeout: float | None = None,
           workers: int | None = None) -> GradeReport:
     """Grade the new and changed submissions of ``assignment`` in the nbgrader course at ``course_dir``.
@@ -89,7 +91,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     """
     started = time.monotonic()
     course = Course.open(Path(course_dir))
-    settings, origins = resolve(course_config(course.root), device=device, memory_mb=memory_mb,
+    settings, origins = resolve(course_config(course.root), device=device, memory_mb=memory_mb, processes=processes,
                                 notebook_timeout=notebook_timeout, sandbox=sandbox, scheduler=scheduler,
                                 scheduler_timeout=scheduler_timeout,
                                 secret_file=None if secret_file is None else str(secret_file), timeout=timeout,
@@ -108,12 +110,16 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     # what a grade depends on besides the submission: the grading code and the limits it ran under
     grading = json.dumps({"code": code_fingerprint(), "cell_seconds": limits.cell_seconds,
                           "notebook_seconds": limits.notebook_seconds, "memory_mb": limits.memory_mb,
+                          "processes": limits.processes,
                           "device": limits.device, "sandbox": limits.sandbox}, sort_keys=True)
     fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret, grading) for s in students}
     todo = [s for s in students if force or _state(course, assignment, s).get("fingerprint") != fingerprints[s]]
     where = f"Dask scheduler {address}" if address else f"{settings.workers} workers"
     print(f"{assignment}: {len(students)} submissions, {len(todo)} to grade ({len(students) - len(todo)} unchanged), "
           f"{where}, device {limits.device}, sandbox {'on' if limits.sandbox else 'OFF'}", flush=True)
+    for line in sandbox_policy(limits).describe() if not address else ["limits: each Dask worker's, as its machine "
+                                                                        "allows (its log says which)"]:
+        print(line, flush=True)
     tasks = {s: (nbformat.writes(source), source_path.name, _submission_bytes(course, assignment, s, source_path.name),
                  limits, student_key(secret, assignment, s)) for s in todo}
     bar = _Progress(len(todo), enabled=progress)
@@ -163,6 +169,7 @@ def grade_task(source_json: str, notebook_name: str, submission: bytes | None, l
     """
     started = time.monotonic()
     limits = _on_this_machine(limits)  # cached: checked once per worker process
+    _log_policy(limits)
     with tempfile.TemporaryDirectory(prefix="autograder-submission-") as folder:
         path = Path(folder) / notebook_name
         if submission is not None:
@@ -187,7 +194,7 @@ def code_fingerprint() -> str:
 def _on_this_machine(limits: Limits) -> Limits:
     """``limits`` with the device decided here; the sandbox checked here (a worker may lack it)."""
     if limits.sandbox:
-        _check_bubblewrap_once()
+        check_bubblewrap(limits)  # once per process: the policy is cached
     import torch
 
     if limits.device == "cuda" and not torch.cuda.is_available():
@@ -198,8 +205,10 @@ def _on_this_machine(limits: Limits) -> Limits:
 
 
 @cache
-def _check_bubblewrap_once() -> None:
-    check_bubblewrap()
+def _log_policy(limits: Limits) -> None:
+    """Once per worker process: which limits apply on this machine."""
+    for line in sandbox_policy(limits).describe():
+        log.info("%s: %s", _worker_name(), line)
 
 
 def _worker_name() -> str:
@@ -232,7 +241,7 @@ def _local_results(tasks: dict[str, tuple], workers: int, limits: Limits) -> Ite
     """
     if not tasks:
         return
-    zygote.prestart(limits)
+    kernels.prestart(limits)
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
         jobs = {pool.submit(grade_task, *arguments): student for student, arguments in tasks.items()}
@@ -298,7 +307,8 @@ def _limits(settings: GradeSettings, local: bool) -> Limits:
     """The sandbox limits; on this machine, the device and bubblewrap are checked now, not per task."""
     threads = max(1, (os.cpu_count() or 1) // settings.workers) if local else 1
     limits = Limits(cell_seconds=settings.timeout, notebook_seconds=settings.notebook_timeout or 5 * settings.timeout,
-                    memory_mb=settings.memory_mb, threads=threads, device=settings.device, sandbox=settings.sandbox)
+                    memory_mb=settings.memory_mb, processes=settings.processes, threads=threads, device=settings.device,
+                    sandbox=settings.sandbox)
     return _on_this_machine(limits) if local else limits
 
 
@@ -400,7 +410,7 @@ def summary(report: GradeReport) -> str:
              f"({len(report.unchanged)} unchanged, not regraded)",
              f"parts: {parts or 'none'}"]
     if report.not_graded:
-        lines.append(f"NOT graded, the grader failed (run the command again to grade them): "
+        lines.append("NOT graded, the grader failed (run the command again to grade them): "
                      + "; ".join(f"{s}: {why}" for s, why in sorted(report.not_graded.items())))
     lines += [f"grades: {report.csv_path}", f"gradebook: {report.db_url}"]
     return "\n".join(lines)

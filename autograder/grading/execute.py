@@ -34,9 +34,9 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
-from . import zygote as zygotes
+from . import kernels
 from .notebooks import Assembled
-from .sandbox import Limits, SandboxedKernelManager, ZygoteKernelManager
+from .sandbox import Limits
 
 MAX_RESTARTS = 3
 
@@ -152,7 +152,7 @@ class KernelSession:
         except CellTimeoutError:
             return CellResult("timeout", f"the cell ran longer than {self.client.timeout} s")
         except DeadKernelError:
-            return CellResult("died", "the kernel died while running this cell (it exited, crashed or ran out of memory)")
+            return CellResult("died", self.death())
 
     def _pin(self, index: int, recover: bool = True) -> bool:
         """Keep the answers that test cell ``index`` checks, as they are now, in the kernel.
@@ -203,6 +203,14 @@ class KernelSession:
                 if result.status != "ok":
                     return False
         return True
+
+    def death(self) -> str:
+        """Why the kernel died, as far as the grader can tell."""
+        cgroup = self.client.km.cgroup() if self.client is not None else None
+        if cgroup is not None and cgroup.out_of_memory():
+            return (f"the kernel ran out of its {self.limits.memory_mb} MiB of memory (all its processes, files in "
+                    "/tmp and shared memory included) and was killed")
+        return "the kernel died while running this cell (it exited, crashed or ran out of memory)"
 
     @property
     def alive(self) -> bool:
@@ -260,24 +268,20 @@ class KernelSession:
     # ---- the kernel itself
 
     def _start_kernel(self) -> None:
-        zygote = zygotes.for_limits(self.limits)
+        """A new kernel, forked from the zygote when there is one, in its sandbox; its sockets folder sealed."""
+        zygote = kernels.for_limits(self.limits)
         work = tempfile.mkdtemp(dir=self.scratch, prefix="work-")
-        if zygote is not None:  # sockets where the zygote's sandbox has them (each kernel sees its own only)
-            self.sockets = tempfile.mkdtemp(dir=zygote.folder, prefix="sockets-")
-            km_class = ZygoteKernelManager
-        else:
-            self.sockets = tempfile.mkdtemp(dir=self.scratch, prefix="sockets-")
-            km_class = SandboxedKernelManager
-        km = km_class(transport="ipc", ip=os.path.join(self.sockets, "kernel"),
-                      connection_file=os.path.join(self.sockets, "kernel.json"), kernel_name="python3")
-        km.limits = self.limits
-        if zygote is not None:
-            km.zygote, km.work = zygote, work
-        else:
-            km.scratch = work
+        # sockets where the zygote's sandbox has them (each kernel sees its own only)
+        self.sockets = tempfile.mkdtemp(dir=zygote.folder if zygote is not None else self.scratch, prefix="sockets-")
+        km = kernels.SandboxedKernelManager(transport="ipc", ip=os.path.join(self.sockets, "kernel"),
+                                            connection_file=os.path.join(self.sockets, "kernel.json"),
+                                            limits=self.limits, zygote=zygote, work=work)
         self.client = _Client(self.assembled.notebook, km, self.limits.output_bytes)
         self.client.start_new_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.client.start_new_kernel_client()  # waits until the kernel answers
+        self.client.start_new_kernel_client()  # waits until the kernel answers: its sockets are bound
+        handle = km.handle()
+        if handle is not None and not handle.seal():
+            raise RuntimeError("the grading kernel's sockets folder could not be sealed")
         self._prepare()
 
     def _prepare(self) -> None:

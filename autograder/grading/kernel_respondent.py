@@ -29,7 +29,7 @@ from ..judge import Respondent
 from ..parts import ArgumentCheck, Part, helpers, reference_module
 from ..respond import PROMPT, Reply, Request
 from .execute import Deadline, KernelSession
-from .sandbox import MESSAGE_BYTES
+from .kernels import MESSAGE_BYTES
 
 #: An oracle call may carry at most this many times the tensor elements of the request it
 #: is made for (plus :data:`ORACLE_SLACK`): what a dependency is called on derives from the

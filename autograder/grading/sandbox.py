@@ -1,59 +1,68 @@
-"""The sandbox a student's kernel runs in: bubblewrap namespaces plus resource limits.
+"""The sandbox a student's kernel runs in, described once, as data (:class:`Policy`).
 
-A kernel is forked from a warm *zygote* (``zygote.py``) that runs in this sandbox, and
-then sandboxes itself once more in namespaces of its own; where no zygote can start, it
-is started as ``prlimit … bwrap … python -m ipykernel_launcher``. Either way:
+Every place that enforces it reads the same :class:`Policy`: the bubblewrap command of a
+kernel or of the zygote (:func:`bwrap_command`), the request by which a forked kernel sets
+itself up inside the zygote (:meth:`Policy.zygote_request`, read by ``zygote.py``), and the
+checks the grader makes on the zygote's first kernel before trusting it
+(:meth:`Policy.expectations`, compared by ``kernels.py``). What it holds:
 
-* **filesystem**: a fresh root that holds the operating system (read-only), the Python
-  installation and virtual environment (read-only), the ``autograder`` package
-  (read-only), an empty writable ``/tmp`` and working folder, and the folder of the
-  kernel's connection sockets. The course directory (solutions, gradebook, other
-  students' submissions) is simply not there, and neither is any other kernel's
-  ``/tmp``, ``/dev`` or sockets folder.
+* **filesystem**: the operating system, Python and its environment, and the course's
+  ``autograder`` package, read-only; the references sealed (a package that cannot be
+  imported is mounted over them, ``sealed_reference/``); a fresh ``/tmp`` and ``/dev/shm``
+  of a fixed size, the working folder, and the folder of the kernel's sockets, sealed
+  read-only once the kernel has bound them. The course directory (solutions, gradebook,
+  other students' submissions) is not there, nor any other kernel's folders.
 * **network**: a new, empty network namespace; the kernel talks to the grader over Unix
-  sockets (ZeroMQ's ``ipc`` transport), so it needs none.
-* **processes**: new PID, IPC and UTS namespaces (the kernel sees its sandbox's init and
-  itself, nothing else), all capabilities dropped, a new session (no terminal), killed
-  with the grader.
-* **limits**: memory (``RLIMIT_DATA``: a huge allocation fails with an error in the
-  student's cell), no core dumps, at most 256 MB per written file; time and output size
-  are enforced by the grader (``run.py``).
+  sockets (ZeroMQ's ``ipc`` transport).
+* **processes**: new user, PID, IPC and UTS namespaces, every capability dropped, a new
+  session; when the grader runs as root, the sandbox runs as the unprivileged user
+  ``nobody`` (``setpriv``), so root's files stay root's.
+* **limits**: per kernel, a cgroup caps memory (files in memory and shared memory
+  included) and processes (``limits.py``); per process, ``prlimit`` caps data memory (a
+  huge allocation fails with an error in the student's cell), written file size and core
+  dumps, and, where no cgroup can be made, the address space. Time, output and message
+  sizes are kept by the grader (``execute.py``, ``kernels.py``).
 * **one kernel, one submission**: every kernel is a new process with its own namespaces,
   environment and random state; a restart starts a new one.
 """
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import shutil
+import subprocess
 import sys
-import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-import zmq
-import zmq.asyncio
-from jupyter_client.asynchronous import AsyncKernelClient
-from jupyter_client.manager import AsyncKernelManager
-from jupyter_client.provisioning import LocalProvisioner
-from traitlets import DottedObjectName, Type
+from . import limits as cgroups
 
-from . import zygote as zygotes
+#: The user and group the sandbox runs as, inside its user namespaces.
+SANDBOX_UID = SANDBOX_GID = 1000
+#: Who the sandbox is outside when the grader runs as root: ``nobody``.
+UNPRIVILEGED_UID = UNPRIVILEGED_GID = 65534
+#: The largest file a kernel may write.
+FILE_BYTES = 256 * 2**20
+#: Address space a PyTorch process reserves beyond what it uses (about 4 GiB at rest): without a
+#: cgroup the address space is capped at the memory limit plus this.
+ADDRESS_SPACE_SLACK = 8 * 2**30
 
 
 class SandboxUnavailable(Exception):
     """bubblewrap is missing or does not work on this machine; the message says what to do."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class Limits:
     """What one submission may use.
 
     Attributes:
-        cell_seconds: wall time of one cell.
-        notebook_seconds: wall time of the whole notebook.
-        memory_mb: data memory of the kernel process.
+        cell_seconds: wall time of one cell, and of the judging of one part.
+        notebook_seconds: wall time of the notebook's cells, and again of its judging.
+        memory_mb: memory of the kernel: all its processes, files in memory included.
+        processes: processes and threads the kernel may run at once.
         output_bytes: text and images a notebook may print in all; more is cut off.
         threads: PyTorch CPU threads of the kernel.
         device: ``"cpu"`` (CUDA hidden from the kernel) or ``"cuda"``.
@@ -65,6 +74,7 @@ class Limits:
     cell_seconds: float = 120.0
     notebook_seconds: float = 600.0
     memory_mb: int = 4096
+    processes: int = 256
     output_bytes: int = 2_000_000
     threads: int = 1
     device: str = "cpu"
@@ -72,14 +82,222 @@ class Limits:
     zygote: bool = True
 
 
-def check_bubblewrap() -> None:
-    """Raise :class:`SandboxUnavailable` unless ``bwrap`` can create a sandbox here."""
-    import subprocess
+@dataclass(frozen=True)
+class Policy:
+    """Everything a kernel's sandbox is, derived from :class:`Limits` and this machine (:func:`policy`).
 
+    Attributes:
+        read_only: paths bound read-only: the system, Python, the environment, the package.
+        sealed: ``{path: what is mounted over it}``: the references.
+        devices: device files bound in (the GPU's, for ``--device cuda``).
+        environment: the kernel's whole environment.
+        rlimits: ``{prlimit option: value}`` of every process (``as`` only without a cgroup).
+        tmpfs_bytes: the size of the kernel's ``/tmp`` and of its ``/dev/shm``, each.
+        cgroup: where the kernel's cgroup is made, or ``None`` (``cgroup_why`` says why).
+        outer_uid: who the sandbox runs as outside, when the grader is root; ``None``: as the grader.
+        sandbox: bubblewrap and namespaces at all (``--no-sandbox`` keeps the limits only).
+    """
+
+    limits: Limits
+    read_only: tuple[str, ...]
+    sealed: dict[str, str]
+    devices: tuple[str, ...]
+    environment: dict[str, str]
+    rlimits: dict[str, int]
+    tmpfs_bytes: int
+    cgroup: cgroups.Hierarchy | None
+    cgroup_why: str = ""
+    outer_uid: int | None = None
+    sandbox: bool = True
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def zygote_request(self) -> dict:
+        """What a forked kernel is told to set up in itself (``zygote.py`` reads it)."""
+        return {"env": self.environment, "rlimits": self.rlimits, "tmpfs_bytes": self.tmpfs_bytes,
+                "place": self.cgroup is not None}
+
+    def expectations(self, folder: str) -> dict:
+        """What the zygote's first kernel must report of its sandbox (``kernels.Zygote`` compares)."""
+        under_tmp = {path.split("/")[2] for path in [folder, *self.read_only] if path.startswith("/tmp/")}
+        return {"pid": 2, "pids": [1, 2], "CapEff": "0" * 16, "CapBnd": "0" * 16, "NoNewPrivs": "1",
+                "interfaces": ["lo"], "cwd": "/tmp/work", "tmp": {"work", ".matplotlib"} | under_tmp,
+                "tmp_bytes": self.tmpfs_bytes, "sealed": {path: ["__init__.py"] for path in self.sealed},
+                "shadow": False if self.outer_uid is not None or os.geteuid() != 0 else None}
+
+    def describe(self) -> list[str]:
+        """The run's first lines: which limits apply here, and as whom kernels run."""
+        memory = f"{self.limits.memory_mb} MiB"
+        if self.cgroup is not None:
+            lines = [f"limits per kernel: memory {memory} with its files in memory, {self.limits.processes} processes "
+                     f"({self.cgroup.describe()})"]
+        else:
+            lines = [f"limits per kernel process: data {memory}, address space {memory} + "
+                     f"{ADDRESS_SPACE_SLACK // 2**30} GiB, /tmp and /dev/shm {self.tmpfs_bytes // 2**20} MiB each, "
+                     f"no process limit (no cgroup: {self.cgroup_why})"]
+        if not self.sandbox:
+            lines.append("sandbox OFF: kernels run as this user, see the course's files, the network and each other")
+        elif self.outer_uid is not None:
+            lines.append(f"kernels run as uid {self.outer_uid} (nobody): the grader runs as root")
+        elif os.geteuid() == 0:
+            lines.append("kernels run as root inside their sandbox: " + "; ".join(self.notes))
+        return lines
+
+    # ---- commands
+
+    def outer_command(self) -> list[str]:
+        """What every sandboxed command starts with: ``prlimit`` and the policy's limits."""
+        return ["prlimit", *(f"--{name}={value}" for name, value in self.rlimits.items()), "--"]
+
+    def namespaces(self, zygote: bool = False) -> list[str]:
+        """bubblewrap's namespace arguments.
+
+        The grader's own user: every namespace, a user namespace included (as user 1000 for
+        the zygote, whose forks make namespaces of their own), and no capability. Root:
+        every namespace but the user's, so that bubblewrap, as root, can bind paths only
+        root may open (a Python under ``/root``, say); the program then drops to
+        ``nobody`` inside (:meth:`inner_command`).
+        """
+        if self.outer_uid is None:
+            user = ["--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_GID)] if zygote else []
+            return ["--unshare-all", *user, "--cap-drop", "ALL"]
+        return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+
+    def inner_command(self) -> list[str]:
+        """What runs first inside the sandbox: for a root grader, ``setpriv`` to ``nobody`` with no capability left."""
+        if self.outer_uid is None:
+            return []
+        return ["setpriv", f"--reuid={self.outer_uid}", f"--regid={self.outer_uid}", "--clear-groups",
+                "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+
+    def bwrap_mounts(self, *bound: str) -> list[str]:
+        """What every bubblewrap sandbox holds: read-only system, Python and package, sealed references, devices.
+
+        ``bound``: the other paths the command binds (sockets and work folders), whose
+        parent folders must be there too. bubblewrap as root makes the folders on the way
+        to a bound path closed to others (0700): they are made open (0755) first.
+        """
+        command = ["--dev", "/dev", "--perms", "1777", "--size", str(self.tmpfs_bytes), "--tmpfs", "/dev/shm",
+                   "--perms", "1777", "--size", str(self.tmpfs_bytes), "--tmpfs", "/tmp", "--clearenv"]
+        if self.outer_uid is not None:
+            for folder in _folders_on_the_way([*self.read_only, *bound]):
+                command += ["--perms", "0755", "--dir", folder]
+        for path in self.read_only:
+            command += ["--ro-bind", path, path]
+        for path, cover in self.sealed.items():
+            command += ["--ro-bind", cover, path]
+        for device in self.devices:
+            command += ["--dev-bind", device, device]
+        if self.devices:
+            command += ["--ro-bind-try", "/sys", "/sys"]
+        return command + [argument for key, value in self.environment.items() for argument in ("--setenv", key, value)]
+
+    def give(self, *paths: str) -> None:
+        """Let the sandbox's user own ``paths`` (folders it writes in, files it reads) when it is not the grader."""
+        if self.outer_uid is not None:
+            for path in paths:
+                os.chown(path, self.outer_uid, self.outer_uid)
+
+
+def _folders_on_the_way(paths: list[str]) -> list[str]:
+    """The folders that lead to ``paths`` and are not themselves bound (nor under a bound path), shallowest first."""
+    bound = {os.path.normpath(path) for path in paths}
+    folders = set()
+    for path in bound:
+        parent = os.path.dirname(path)
+        while parent not in ("/", "") and not any(parent == b or parent.startswith(b + "/") for b in bound):
+            folders.add(parent)
+            parent = os.path.dirname(parent)
+    return sorted(folders, key=lambda folder: (folder.count("/"), folder))
+
+
+def bwrap_command(policy: Policy, kernel_command: list[str], sockets: str, work: str) -> list[str]:
+    """``kernel_command`` in a bubblewrap sandbox of its own, under the policy's user and limits."""
+    if not policy.sandbox:
+        return policy.outer_command() + _env(policy) + kernel_command
+    command = ["bwrap", *policy.namespaces(), "--die-with-parent", "--new-session", "--proc", "/proc",
+               *policy.bwrap_mounts(sockets), "--bind", sockets, sockets, "--bind", work, "/tmp/work",
+               "--chdir", "/tmp/work"]
+    return policy.outer_command() + command + policy.inner_command() + kernel_command
+
+
+def zygote_command(policy: Policy, program: list[str], folder: str) -> list[str]:
+    """The zygote of ``zygote.py`` (``program``): the policy's sandbox and limits, minus the student.
+
+    Differences from :func:`bwrap_command`, all needed for the zygote's forks to sandbox
+    themselves (each kernel then gets a fresh ``/tmp``, ``/dev`` and ``/proc``, its own
+    namespaces, and only its own sockets folder, see ``zygote.py``):
+
+    * a user namespace of its own for a grader that is not root (``--unshare-user``, as
+      user 1000), in which a fork may create the kernel's nested namespaces; as ``nobody``
+      (a root grader) a fork may create them anyway;
+    * the grader's ``/proc`` instead of a new one: Linux mounts a new ``/proc`` in a nested
+      namespace only where an uncovered one is visible, and bubblewrap's covers parts of
+      it. No kernel ever sees it: each mounts its own over it;
+    * the root read-only (bubblewrap leaves it writable, and it would be shared);
+    * ``folder``, which holds the zygote's socket and every kernel's sockets folder.
+
+    The zygote serves every student, and knows none of them.
+    """
+    if not policy.sandbox:
+        return policy.outer_command() + _env(policy, zygote=True) + program + ["--no-namespaces", "--parent",
+                                                                                 str(os.getpid())]
+    command = ["bwrap", *policy.namespaces(zygote=True), "--die-with-parent", "--new-session", "--bind", "/proc",
+               "/proc", *policy.bwrap_mounts(folder), "--setenv", "MPLBACKEND", _INLINE, "--bind", folder, folder,
+               "--remount-ro", "/", "--chdir", "/"]
+    return policy.outer_command() + command + policy.inner_command() + program
+
+
+#: What ipykernel sets as matplotlib's backend, set in the zygote before matplotlib loads.
+_INLINE = "module://matplotlib_inline.backend_inline"
+
+
+def _env(policy: Policy, zygote: bool = False) -> list[str]:
+    """``env -i`` with the policy's environment (a kernel without bubblewrap)."""
+    environment = {**policy.environment, **({"MPLBACKEND": _INLINE} if zygote else {})}
+    return ["env", "-i", *(f"{key}={value}" for key, value in environment.items())]
+
+
+# --------------------------------------------------------------------------------------
+# The policy of this machine
+# --------------------------------------------------------------------------------------
+
+
+@functools.cache
+def policy(limits: Limits) -> Policy:
+    """The sandbox of kernels graded under ``limits`` on this machine."""
+    hierarchy = cgroups.available()
+    cgroup = hierarchy if isinstance(hierarchy, cgroups.Hierarchy) else None
+    memory = limits.memory_mb * 2**20
+    rlimits = {"data": memory, "core": 0, "fsize": FILE_BYTES}
+    if cgroup is None:
+        rlimits["as"] = memory + ADDRESS_SPACE_SLACK
+    outer_uid, notes = _outer_user(limits)
+    devices = tuple(glob.glob("/dev/nvidia*")) if limits.device == "cuda" else ()
+    return Policy(limits=limits, read_only=tuple(visible_paths()), sealed=sealed_paths(), devices=devices,
+                  environment=kernel_environment(limits), rlimits=rlimits,
+                  tmpfs_bytes=memory if cgroup is not None else max(64 * 2**20, memory // 8), cgroup=cgroup,
+                  cgroup_why="" if cgroup is not None else str(hierarchy), outer_uid=outer_uid,
+                  sandbox=limits.sandbox, notes=tuple(notes))
+
+
+def _outer_user(limits: Limits) -> tuple[int | None, list[str]]:
+    """``nobody`` when the grader is root (and ``setpriv`` is there to become it); else the grader's own."""
+    if os.geteuid() != 0 or not limits.sandbox:
+        return None, []
+    if shutil.which("setpriv") is None:
+        return None, ["setpriv (util-linux) is missing"]
+    return UNPRIVILEGED_UID, []
+
+
+@functools.cache
+def check_bubblewrap(limits: Limits) -> None:
+    """Raise :class:`SandboxUnavailable` unless ``bwrap`` can create a sandbox here, as the sandbox's user."""
     if shutil.which("bwrap") is None:
         raise SandboxUnavailable("bubblewrap is not installed: `apt-get install bubblewrap` (Debian/Ubuntu), "
                                  "or grade without a sandbox with --no-sandbox (unsafe)")
-    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "true"], capture_output=True, text=True)
+    sandboxed = policy(limits)
+    probe = subprocess.run(["bwrap", "--ro-bind", "/", "/", *sandboxed.namespaces(), *sandboxed.inner_command(), "true"],
+                           capture_output=True, text=True)
     if probe.returncode != 0:
         raise SandboxUnavailable(f"bubblewrap cannot create namespaces here: {probe.stderr.strip()}")
 
@@ -98,6 +316,14 @@ def visible_paths() -> list[str]:
     return paths
 
 
+def sealed_paths() -> dict[str, str]:
+    """``{path: what is mounted over it}``: the references, covered by a package that cannot be imported."""
+    import autograder
+
+    package = Path(autograder.__file__).resolve().parent
+    return {str(package / "reference"): str(Path(__file__).resolve().parent / "sealed_reference")}
+
+
 def kernel_environment(limits: Limits) -> dict[str, str]:
     """The whole environment of a kernel (nothing of the grader's own is passed on, no key or secret)."""
     return {
@@ -112,179 +338,3 @@ def kernel_environment(limits: Limits) -> dict[str, str]:
         "PYTHONDONTWRITEBYTECODE": "1",
         "CUDA_VISIBLE_DEVICES": "" if limits.device == "cpu" else os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
     }
-
-
-def _prlimit(limits: Limits) -> list[str]:
-    return ["prlimit", f"--data={limits.memory_mb * 2**20}", "--core=0", f"--fsize={zygotes.FILE_BYTES}", "--"]
-
-
-def _without_sandbox(limits: Limits, env: dict[str, str], program: list[str]) -> list[str]:
-    """``program`` under the resource limits and in ``env`` alone, without bubblewrap."""
-    return _prlimit(limits) + ["env", "-i", *(f"{k}={v}" for k, v in env.items())] + program
-
-
-def _setenv(env: dict[str, str]) -> list[str]:
-    """bubblewrap's arguments that give the sandbox ``env`` (after ``--clearenv``)."""
-    return [argument for key, value in env.items() for argument in ("--setenv", key, value)]
-
-
-def sealed_paths() -> dict[str, str]:
-    """``{path: what is mounted over it}``: the references, covered by a package that cannot be imported."""
-    import autograder
-
-    package = Path(autograder.__file__).resolve().parent
-    return {str(package / "reference"): str(Path(__file__).resolve().parent / "sealed_reference")}
-
-
-def _bwrap_mounts(limits: Limits) -> list[str]:
-    """What every sandbox holds: the read-only system, Python and autograder (its references sealed), the GPU if used."""
-    command = ["--dev", "/dev", "--tmpfs", "/tmp", "--clearenv"]
-    for path in visible_paths():
-        command += ["--ro-bind", path, path]
-    for path, cover in sealed_paths().items():
-        command += ["--ro-bind", cover, path]
-    if limits.device == "cuda":  # the GPU's device files and driver information
-        for device in glob.glob("/dev/nvidia*"):
-            command += ["--dev-bind", device, device]
-        command += ["--ro-bind-try", "/sys", "/sys"]
-    return command
-
-
-def bwrap_command(kernel_command: list[str], sockets: str, scratch: str, limits: Limits) -> list[str]:
-    """``kernel_command`` wrapped in resource limits and, unless disabled, bubblewrap."""
-    env = kernel_environment(limits)
-    if not limits.sandbox:
-        return _without_sandbox(limits, env, kernel_command)
-    command = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-               "--proc", "/proc", *_bwrap_mounts(limits)]
-    command += ["--bind", sockets, sockets, "--bind", scratch, "/tmp/work", "--chdir", "/tmp/work", *_setenv(env)]
-    return _prlimit(limits) + command + kernel_command
-
-
-def zygote_command(socket_path: str, folder: str, limits: Limits) -> list[str]:
-    """The zygote of ``zygote.py``: the same limits and sandbox as a kernel, minus the student.
-
-    Differences from :func:`bwrap_command`, all needed for the zygote's forks to sandbox
-    themselves (each kernel then gets a fresh ``/tmp``, ``/dev`` and ``/proc``, its own
-    namespaces, and only its own sockets folder, see ``zygote.py``):
-
-    * a user namespace of its own (``--unshare-user``, as user 1000), in which a fork may
-      create the kernel's nested namespaces;
-    * the grader's ``/proc`` instead of a new one: Linux mounts a new ``/proc`` in a nested
-      namespace only where an uncovered one is visible, and bubblewrap's covers parts of
-      it. No kernel ever sees it: each mounts its own over it;
-    * the root read-only (bubblewrap leaves it writable, and it would be shared);
-    * ``folder``, which holds the zygote's socket and every kernel's sockets folder.
-
-    The zygote serves every student, and knows none of them.
-    """
-    env = kernel_environment(limits)
-    env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"  # what ipykernel sets (before matplotlib loads)
-    program = [sys.executable, "-m", "autograder.grading.zygote", socket_path]
-    if not limits.sandbox:
-        return _without_sandbox(limits, env, program + ["--no-namespaces", "--parent", str(os.getpid())])
-    command = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(zygotes.SANDBOX_UID),
-               "--gid", str(zygotes.SANDBOX_GID), "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-               "--bind", "/proc", "/proc", *_bwrap_mounts(limits), "--bind", folder, folder, *_setenv(env)]
-    command += ["--remount-ro", "/", "--chdir", "/"]
-    return _prlimit(limits) + command + program
-
-
-#: The largest message the grader reads from a kernel; a larger one drops the connection before
-#: it is read (``zmq.MAXMSGSIZE``), so an output flood or a huge reply never fills the grader's memory.
-MESSAGE_BYTES = 64 * 2**20
-
-
-class _SizedClients:
-    """Kernel clients whose sockets refuse messages over :data:`MESSAGE_BYTES` (a mixin of the managers)."""
-
-    def client(self, **kwargs):
-        context = zmq.asyncio.Context()
-        context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_BYTES)
-        return super().client(context=context, **kwargs)
-
-
-class SandboxedKernelManager(_SizedClients, AsyncKernelManager):
-    """A kernel manager whose kernels start inside :func:`bwrap_command`'s sandbox."""
-
-    limits: Limits = Limits()
-    scratch: str = "/tmp"
-
-    def format_kernel_cmd(self, extra_arguments=None) -> list[str]:
-        command = super().format_kernel_cmd(extra_arguments)
-        command[0] = sys.executable  # the grader's own environment, whatever the kernelspec says
-        return bwrap_command(command, os.path.dirname(self.connection_file), self.scratch, self.limits)
-
-
-class ZygoteProvisioner(LocalProvisioner):
-    """Starts the kernel by asking this process's zygote for a fork instead of ``Popen``.
-
-    The fork's handle (:class:`zygote.KernelHandle`) stands in for the process, so
-    jupyter_client's polling, signals, kill and wait, and with them nbclient's detection
-    of a dead kernel and the restarts of ``run.py``, work as for any kernel.
-    """
-
-    zygote: zygotes.Zygote | None = None
-    limits: Limits = Limits()
-    work: str | None = None
-
-    async def launch_kernel(self, cmd: list[str], **kwargs):
-        self.process = self.zygote.launch(self.parent.connection_file, self.limits, work=self.work)
-        self.pid, self.pgid = self.process.pid, None  # signals go through the handle
-        self.cwd = "/tmp/work"
-        return self.connection_info
-
-
-class ZygoteKernelClient(AsyncKernelClient):
-    """jupyter_client's asynchronous client, ready 0.2 s sooner.
-
-    jupyter_client's ``wait_for_ready`` ends by waiting for 0.2 s of silence on IOPub,
-    to drop the kernel's first status messages; a forked kernel starts in a fraction of a
-    second, so that wait would be a large part of its start. It is left out: nbclient
-    ignores every IOPub message that does not answer the request it is waiting on.
-    """
-
-    async def _async_wait_for_ready(self, timeout: float | None = None) -> None:
-        from queue import Empty
-
-        deadline = time.monotonic() + (timeout if timeout is not None else float("inf"))
-        while True:  # as jupyter_client: a kernel_info reply, then IOPub shown to be connected
-            self.kernel_info()
-            try:
-                reply = await self.shell_channel.get_msg(timeout=1)
-            except Empty:
-                pass
-            else:
-                if reply["msg_type"] == "kernel_info_reply":
-                    try:
-                        await self.iopub_channel.get_msg(timeout=0.2)
-                    except Empty:
-                        pass
-                    else:
-                        self._handle_kernel_info_reply(reply)
-                        return
-            if not await self._async_is_alive():
-                raise RuntimeError("Kernel died before replying to kernel_info")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"Kernel didn't respond in {timeout:.0f} seconds")
-
-    wait_for_ready = _async_wait_for_ready
-
-
-class ZygoteKernelManager(_SizedClients, AsyncKernelManager):
-    """A kernel manager whose kernels are forked, sandboxed, from ``zygote``."""
-
-    client_class = DottedObjectName("autograder.grading.sandbox.ZygoteKernelClient")
-    client_factory = Type(ZygoteKernelClient, klass="jupyter_client.asynchronous.AsyncKernelClient")
-    zygote: zygotes.Zygote | None = None
-    limits: Limits = Limits()
-    work: str | None = None
-
-    async def _async_pre_start_kernel(self, **kw):
-        if self.provisioner is None:
-            import uuid
-
-            self.kernel_id = self.kernel_id or kw.pop("kernel_id", str(uuid.uuid4()))
-            self.provisioner = ZygoteProvisioner(kernel_id=self.kernel_id, kernel_spec=self.kernel_spec, parent=self)
-        self.provisioner.zygote, self.provisioner.limits, self.provisioner.work = self.zygote, self.limits, self.work
-        return await super()._async_pre_start_kernel(**kw)

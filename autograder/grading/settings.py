@@ -50,7 +50,10 @@ class GradeSettings(Configurable):
     notebook_timeout = Float(None, allow_none=True, min=0.001,
                              help="seconds one notebook's cells may run, and again the checks of all its parts "
                                   "(default: 5 x timeout)").tag(config=True)
-    memory_mb = Integer(4096, min=256, help="memory of one submission's kernel, in MiB (default: 4096)").tag(config=True)
+    memory_mb = Integer(4096, min=256, help="memory of one submission's kernel, in MiB, its files in memory included "
+                                            "(default: 4096)").tag(config=True)
+    processes = Integer(256, min=32, help="processes and threads one submission's kernel may run at once, where a "
+                                          "cgroup can be made (default: 256)").tag(config=True)
     secret_file = Unicode(None, allow_none=True,
                           help="the course secret behind the hidden cases; made on first use, keep it out of "
                                f"every repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})").tag(config=True)
