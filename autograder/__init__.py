@@ -2,8 +2,12 @@
 
 One module per assignment, named after the assignment with a ``ch`` prefix (Python
 names cannot start with a digit): ``01_nadaraya_watson`` -> ``autograder.ch01_nadaraya_watson``.
-Each module holds the course's reference implementations and the ``check_<part>``
-functions that the notebooks' test cells call. ``autograder.core`` is the shared machinery.
+Each module declares the assignment's graded parts and holds the ``check_<part>``
+functions that the notebooks' test cells call; their visible cases are data in
+``autograder/cases/``. ``parts``, ``judge``, ``respond`` and ``wire`` are the machinery
+every check goes through, ``core`` its assertions. The reference implementations and the
+hidden cases (``autograder.reference``) and the grading command (``autograder.grading``)
+belong to the instructors' copy of the course only.
 """
 
 __version__ = "0.1.0"

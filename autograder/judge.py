@@ -28,12 +28,13 @@ import contextlib
 import functools
 import io
 import time
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import torch
 
 from .core import Case, devices, passed, tensors_in, to_device
-from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, reference_of, visible_calls
+from .parts import ArgumentCheck, Part, hidden_calls, reference_of, visible_calls
 from .respond import ARGUMENTS, CASES, Reply, Request, names_used, respond
 
 # Errors that show a computation mixed tensors from two devices.
@@ -45,9 +46,9 @@ class NotDefined(AssertionError):
 
 
 class Respondent(Protocol):
-    """Where an answer lives: :meth:`ask` calls it on a request and returns the reply."""
+    """Where an answer lives: :meth:`ask_all` calls it on each request, in order, and returns the replies."""
 
-    def ask(self, request: Request) -> Reply: ...
+    def ask_all(self, requests: list[Request]) -> list[Reply]: ...
 
     def check_earlier(self, declaration: Part) -> None: ...
 
@@ -63,8 +64,8 @@ class LocalRespondent:
     def __init__(self, declaration: Part | ArgumentCheck, answer: Any):
         self.declaration, self.answer = declaration, answer
 
-    def ask(self, request: Request) -> Reply:
-        return respond(self.declaration, self.answer, request, earlier=reference_of)
+    def ask_all(self, requests: list[Request]) -> list[Reply]:
+        return [respond(self.declaration, self.answer, request, earlier=reference_of) for request in requests]
 
     def check_earlier(self, declaration: Part) -> None:
         """Without the references, an earlier part the answer calls must pass its own visible check first."""
@@ -112,6 +113,10 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
           where: list[torch.device] | None = None) -> int:
     """Judge one part (its visible cases, or its hidden ones for the student whose key is ``key``).
 
+    Every call of the part (its probes, each case on each device and on ``meta``) is asked
+    for at once, in order, and the replies are judged in that order: the first problem is
+    the one reported, as if the calls had been made one by one.
+
     Args:
         where: the devices the answer runs on (default: the CPU, and CUDA where present).
 
@@ -123,61 +128,80 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
         NotImplementedError: the answer is still the released stub.
     """
     if isinstance(declaration, ArgumentCheck):
-        return _judge_arguments(declaration, respondent)
-    part = declaration
-    respondent.check_earlier(part)
-    for probe in part.probes:
-        _judge_probe(part, probe, respondent)
+        questions = _argument_questions(declaration)
+    else:
+        respondent.check_earlier(declaration)
+        questions = _questions(declaration, hidden, key, where if where is not None else devices())
+    started = time.perf_counter()
+    replies = respondent.ask_all([question.request for question in questions])
+    seconds = time.perf_counter() - started  # measured here, around the kernel: for a part of one call, its time
+    if len(replies) != len(questions):
+        raise AssertionError(f"{declaration.name}: {len(replies)} replies to {len(questions)} calls")
+    for question, reply in zip(questions, replies):
+        question.case.seconds = seconds
+        question.judge(question, reply)
+    return sum(question.counts for question in questions)
+
+
+@dataclass
+class _Question:
+    """One call to ask for, and how to judge its reply."""
+
+    case: Case
+    request: Request
+    judge: Callable[["_Question", Reply], None]
+    kept: tuple = ((), {})  # the inputs as sent, whatever the answer does to them
+    counts: int = 0  # how many of the part's device runs it is
+    context: dict = field(default_factory=dict)
+
+
+def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.device]) -> list[_Question]:
+    """The part's probes, then each case on each device and on ``meta``."""
+    questions = [_Question(Case(part.name, call.description), Request(probe.name, call.args, call.kwargs),
+                           _judge_probe, _copy((call.args, call.kwargs)), context={"probe": probe})
+                 for probe in part.probes for call in probe.calls()]
     if hidden:
         calls, reference = hidden_calls(part, key)
         expected_by = part.adapt(reference) if reference is not None and part.compare_with_reference else None
     else:
         calls, expected_by = visible_calls(part), None
-    where = where if where is not None else devices()
-    count = 0
-    for index, call in enumerate(calls):
-        count += _judge_call(part, respondent, call, expected_by, where, library=part.forbid_library and index == 0)
-    return count
-
-
-# --------------------------------------------------------------------------------------
-# One call
-# --------------------------------------------------------------------------------------
-
-
-def _judge_call(part: Part, respondent: Respondent, call: Call, expected_by: Callable | None,
-                where: list[torch.device], library: bool) -> int:
-    """One call on every device, then on ``meta``; returns the number of device runs."""
     where = where if part.on_devices else [torch.device("cpu")]
-    for device in where:
-        case = Case(part.name, f"{call.description}, on {device.type}", call.seed)
-        args, kwargs = to_device(call.args, device), to_device(call.kwargs, device)
-        kept = _copy((args, kwargs))  # the inputs as sent, whatever the answer does to them
-        reply = _ask(case, respondent, Request(CASES, args, kwargs, library=library))
-        if library:
-            _expect_no_library_attention(case, reply)
-            library = False
-        result = answer_of(case, reply)
-        _expect_inputs_unchanged(case, part, kept, reply.after)
-        expected = expected_by(*kept[0], **kept[1]) if expected_by is not None else to_device(call.expected, device)
-        if expected is not None or part.compare is not None:
-            slack = part.rounding(*kept[0], **kept[1]) if part.rounding is not None else 0.0
-            _judged(case, part.compare_results, case, result, expected, slack)
-        if part.extra is not None:
-            _judged(case, part.extra, case, kept[0], kept[1], result)
-    if part.meta:
-        case = Case(part.name, f"{call.description}, on the meta device", call.seed)
-        _expect_meta_result(case, _ask(case, respondent, Request(CASES, to_device(call.args, "meta"),
-                                                                 to_device(call.kwargs, "meta"))))
-    return len(where)
+    for index, call in enumerate(calls):
+        for device in where:
+            args, kwargs = to_device(call.args, device), to_device(call.kwargs, device)
+            library = part.forbid_library and index == 0 and device == where[0]
+            questions.append(_Question(Case(part.name, f"{call.description}, on {device.type}", call.seed),
+                                       Request(CASES, args, kwargs, library=library), _judge_case,
+                                       _copy((args, kwargs)), counts=1,
+                                       context={"part": part, "call": call, "device": device,
+                                                "expected_by": expected_by}))
+        if part.meta:
+            questions.append(_Question(Case(part.name, f"{call.description}, on the meta device", call.seed),
+                                       Request(CASES, to_device(call.args, "meta"), to_device(call.kwargs, "meta")),
+                                       _judge_meta))
+    return questions
 
 
-def _ask(case: Case, respondent: Respondent, request: Request) -> Reply:
-    """The respondent's reply, with the judge's own measure of how long it took (``case.seconds``)."""
-    started = time.perf_counter()
-    reply = respondent.ask(request)
-    case.seconds = time.perf_counter() - started
-    return reply
+def _judge_case(question: _Question, reply: Reply) -> None:
+    """A case's reply: no library attention where forbidden, the inputs unchanged, the result right."""
+    case, part, call = question.case, question.context["part"], question.context["call"]
+    if question.request.library:
+        _expect_no_library_attention(case, reply)
+    result = answer_of(case, reply)
+    args, kwargs = question.kept
+    _expect_inputs_unchanged(case, part, question.kept, reply.after)
+    expected_by = question.context["expected_by"]
+    expected = expected_by(*args, **kwargs) if expected_by is not None else to_device(call.expected,
+                                                                                      question.context["device"])
+    if expected is not None or part.compare is not None:
+        slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
+        _judged(case, part.compare_results, case, result, expected, slack)
+    if part.extra is not None:
+        _judged(case, part.extra, case, args, kwargs, result)
+
+
+def _judge_meta(question: _Question, reply: Reply) -> None:
+    _expect_meta_result(question.case, reply)
 
 
 def answer_of(case: Case, reply: Reply) -> Any:
@@ -260,27 +284,25 @@ def wrong_device_message(detail: Any) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _judge_probe(part: Part, probe: Probe, respondent: Respondent) -> None:
-    for call in probe.calls():
-        case = Case(part.name, call.description)
-        kept = _copy((call.args, call.kwargs))
-        result = answer_of(case, _ask(case, respondent, Request(probe.name, call.args, call.kwargs)))
-        _judged(case, probe.check, case, kept[0], kept[1], result)
+def _judge_probe(question: _Question, reply: Reply) -> None:
+    result = answer_of(question.case, reply)
+    _judged(question.case, question.context["probe"].check, question.case, *question.kept, result)
 
 
-def _judge_arguments(check: ArgumentCheck, respondent: Respondent) -> int:
-    """Each bad call must raise ``ValueError`` with a message that names its argument."""
-    calls = check.calls()
+def _argument_questions(check: ArgumentCheck) -> list[_Question]:
+    """Each bad call, which must raise ``ValueError`` with a message that names its argument."""
     built = "" if check.construct is None else f"{check.part}{check.construct}, then "
-    for argument, args, kwargs in calls:
-        case = Case(check.part, f"{built}bad arguments")
-        reply = _ask(case, respondent, Request(ARGUMENTS, args, kwargs))
-        _expect_an_own_answer(case, reply)
-        kind, _, message = reply.error.partition(": ")
-        if kind == "ValueError":
-            case.check(argument in message, f"the ValueError should name `{argument}`; its message was: {message}")
-        elif reply.error:
-            case.fail(f"should raise ValueError naming `{argument}`, raised {reply.error}")
-        else:
-            case.fail(f"should raise ValueError naming `{argument}`, but returned normally")
-    return len(calls)
+    return [_Question(Case(check.part, f"{built}bad arguments"), Request(ARGUMENTS, args, kwargs), _judge_argument,
+                      counts=1, context={"argument": argument}) for argument, args, kwargs in check.calls()]
+
+
+def _judge_argument(question: _Question, reply: Reply) -> None:
+    case, argument = question.case, question.context["argument"]
+    _expect_an_own_answer(case, reply)
+    kind, _, message = reply.error.partition(": ")
+    if kind == "ValueError":
+        case.check(argument in message, f"the ValueError should name `{argument}`; its message was: {message}")
+    elif reply.error:
+        case.fail(f"should raise ValueError naming `{argument}`, raised {reply.error}")
+    else:
+        case.fail(f"should raise ValueError naming `{argument}`, but returned normally")

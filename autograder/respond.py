@@ -196,20 +196,26 @@ def pin(test: str, names: list[str]) -> None:
 
 
 def serve(chapter: str, message: str) -> None:
-    """Answer one request of the grader about ``chapter``'s checks (base64 of a :func:`wire.pack`
-    message) and send the reply."""
+    """Answer the grader's requests about ``chapter``'s checks (base64 of a :func:`wire.pack` message)
+    and send the replies, one list, in order."""
     try:
         data = wire.unpack(base64.b64decode(message), wire.Codec(helpers=helpers(chapter), oracle=_oracle))
         declaration = getattr(importlib.import_module(f"autograder.{chapter}"), data["check"]).declaration
         answer = _pinned.get(data["test"], {}).get(data["answer"], _ABSENT)
-        if answer is _ABSENT:
-            reply = Reply(missing=f"`{data['answer']}` is not defined when its test cell runs")
-        else:
-            request = Request(data["role"], tuple(data["args"]), dict(data["kwargs"]), bool(data["library"]))
-            reply = respond(declaration, answer, request, earlier=lambda part: _oracle(f"{part.chapter}:{part.name}", {}))
+        replies = [_serve_one(declaration, answer, data["answer"], asked) for asked in data["requests"]]
     except Exception as error:  # noqa: BLE001 - the grader reads this as the reply
-        reply = Reply(error=f"RespondentError: {type(error).__name__}: {error}")
-    exchange("reply", wire.pack(reply.as_data(), reply=True))
+        replies = [Reply(error=f"RespondentError: {type(error).__name__}: {error}")]
+    exchange("reply", wire.pack([reply.as_data() for reply in replies], reply=True))
+
+
+def _serve_one(declaration: Part | ArgumentCheck, answer: Any, name: str, asked: dict) -> Reply:
+    if answer is _ABSENT:
+        return Reply(missing=f"`{name}` is not defined when its test cell runs")
+    try:
+        request = Request(asked["role"], tuple(asked["args"]), dict(asked["kwargs"]), bool(asked["library"]))
+    except (KeyError, TypeError) as error:
+        return Reply(error=f"RespondentError: a malformed request ({error})")
+    return respond(declaration, answer, request, earlier=lambda part: _oracle(f"{part.chapter}:{part.name}", {}))
 
 
 def exchange(kind: str, payload: bytes) -> str:

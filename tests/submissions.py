@@ -259,7 +259,15 @@ async def always_ok(*args, **kwargs):
 kernel.do_execute = always_ok
 respondent = pkgutil.resolve_name('autograder.respond')
 wire = pkgutil.resolve_name('autograder.wire')
-respondent.serve = lambda chapter, message: respondent.exchange('reply', wire.pack({'result': True}, reply=True))
+import base64, json
+
+def forged(chapter, message):  # as many replies as requests, each saying True
+    raw = base64.b64decode(message)
+    header = json.loads(raw[8:8 + int.from_bytes(raw[4:8], 'little')])
+    count = len(header['value']['dict']['requests'])
+    respondent.exchange('reply', wire.pack([{'result': True}] * count, reply=True))
+
+respondent.serve = forged
 """
 #: Everything a kernel might know, printed, and a page's worth of scripts displayed.
 LEAKS_AND_INJECTS = """

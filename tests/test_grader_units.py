@@ -416,7 +416,7 @@ class _Silent(InProcessSession):
         session = self
 
         class Failing:
-            def ask(self, request):
+            def ask_all(self, requests):
                 raise session.failure
 
             def check_earlier(self, declaration):
@@ -597,7 +597,7 @@ def test_a_malformed_reply_is_a_reply_that_says_so():
 def _respondent(declaration=None):
     respondent = KernelRespondent(None, declaration or ch03_masking.MASKED_ATTENTION, "check_masked_attention",
                                   "test_masked_attention", "masked_attention", deadline=0.0)
-    respondent._oracles, respondent._budget, respondent._reply = set(), 100, None
+    respondent._oracles, respondent._budget, respondent._replies = set(), 100, None
     return respondent
 
 
@@ -608,15 +608,17 @@ def _prompt(kind: str, value) -> str:
 def test_the_first_reply_counts_and_a_students_own_prompts_are_ignored():
     respondent = _respondent()
     assert respondent._answer("What is your name?") == ""
-    respondent._answer(_prompt("reply", {"result": 1}))
-    respondent._answer(_prompt("reply", {"result": 2}))
-    assert respondent._reply.result == 1
+    respondent._answer(_prompt("reply", [{"result": 1}]))
+    respondent._answer(_prompt("reply", [{"result": 2}]))
+    assert [reply.result for reply in respondent._replies] == [1]
 
 
-def test_a_reply_that_cannot_be_read_is_an_error_not_a_crash():
+@pytest.mark.parametrize("payload", [f"{PROMPT}reply bm90IGEgbWVzc2FnZQ==", _prompt("reply", {"result": 1})],
+                         ids=["not a message", "not a list"])
+def test_a_reply_that_cannot_be_read_is_an_error_not_a_crash(payload):
     respondent = _respondent()
-    respondent._answer(f"{PROMPT}reply bm90IGEgbWVzc2FnZQ==")
-    assert respondent._reply.error.startswith("ReplyError")
+    respondent._answer(payload)
+    assert respondent._replies[0].error.startswith("ReplyError")
 
 
 def test_an_oracle_answers_only_what_this_part_may_call_on_inputs_of_its_size():

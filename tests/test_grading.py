@@ -279,6 +279,23 @@ def test_replays_are_held_to_the_deadlines_and_the_next_student_is_graded(tmp_pa
     assert elapsed < 2 * 8 + 40, f"grading took {elapsed:.0f} s: the notebook's limit (twice 8 s) was not kept"
 
 
+def test_kernels_in_sandboxes_of_their_own_are_judged_alike(tmp_path):
+    """Where no zygote runs, each kernel gets its own bubblewrap sandbox: the same grades, references as sealed."""
+    course = make_course(tmp_path)
+    solution = load(notebook(course / "solutions", A))
+    S.write(course, "correct", solution)
+    S.write(course, "calls_references", S.answer(solution, "window_mask", S.CALLS_THE_REFERENCE))
+    command = grade_command(course, "--workers", "1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "AUTOGRADER_ZYGOTE": "0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_rows(course)
+    assert sum(float(rows[("correct", part)]["score"]) for part in S.PARTS) == 9
+    assert {part: rows[("calls_references", part)]["status"] for part in S.PARTS} == S.expect(window_mask="failed")
+    assert "not in a grading kernel" in rows[("calls_references", "test_window_mask")]["message"] or \
+        "No such file" in rows[("calls_references", "test_window_mask")]["message"]
+
+
 def test_bad_arguments_get_clear_errors(tmp_path):
     command = [sys.executable, "-m", "autograder", "grade", A, "--course-dir", str(tmp_path)]
     result = subprocess.run(command, capture_output=True, text=True)

@@ -261,11 +261,11 @@ def test_a_killed_kernel_is_seen_dead_and_its_sandbox_is_gone(kernels):
 def _session_results(limits, *sources: str) -> list[str]:
     """How each cell of a notebook of ``sources`` (and a last, empty test cell) ends in a grading session."""
     from autograder.grading.execute import open_session
-    from autograder.grading.notebooks import Assembled, Part
+    from autograder.grading.notebooks import Assembled, GradedCell
 
     cells = [nbformat.v4.new_code_cell(source) for source in sources]
     cells.append(nbformat.v4.new_code_cell("", metadata={"nbgrader": {"grade_id": "test_end", "grade": True}}))
-    assembled = Assembled(nbformat.v4.new_notebook(cells=cells), [Part("test_end", 1)], ["course"] * len(sources) + ["test"])
+    assembled = Assembled(nbformat.v4.new_notebook(cells=cells), [GradedCell("test_end", 1)], ["course"] * len(sources) + ["test"])
     with open_session(assembled, limits) as session:
         session.run_cells()
     return [result.status for result in session.results]

@@ -8,9 +8,9 @@ execution, ``respond.serve(...)``, and reads what the kernel sends back through 
 * a *reply*: the answer's result, as untrusted data, size-capped by the kernel client's
   ``MAXMSGSIZE`` and by :class:`~autograder.wire.Limits`, decoded without running code;
 * an *oracle* call: an earlier part, or a function of a case, that only the grading side
-  has (a reference). The judge computes it here, for the names this request may call
-  (the part's dependencies and the functions among its own inputs), on inputs no larger
-  than the request's allow, and sends the result back as data.
+  has (a reference). The judge computes it here, for the names these requests may call
+  (the part's dependencies and the functions among their inputs), on inputs no larger
+  than the largest request's allow, and sends the result back as data.
 
 Every request has a deadline, kept here: a kernel that does not answer in time is killed
 (``execute.KernelSession.exchange``), and the part that asked is graded as timed out.
@@ -59,28 +59,32 @@ class KernelRespondent(Respondent):
     def check_earlier(self, declaration: Part) -> None:
         """Nothing: an earlier part the answer calls is answered here, with its reference (:meth:`_oracle`)."""
 
-    def ask(self, request: Request) -> Reply:
-        """The kernel's reply to ``request``.
+    def ask_all(self, requests: list[Request]) -> list[Reply]:
+        """The kernel's replies to ``requests``, asked all at once (one round trip); one reply each, in order.
 
         Raises:
             TimedOut: no reply before the deadline.
             KernelLost: the kernel died (or had died before).
         """
         self._oracles = set(self._dependencies())
-        message = wire.pack({"test": self.test, "answer": self.answer, "check": self.check, "role": request.role,
-                             "args": tuple(request.args), "kwargs": dict(request.kwargs), "library": request.library},
+        asked = [{"role": r.role, "args": tuple(r.args), "kwargs": dict(r.kwargs), "library": r.library}
+                 for r in requests]
+        message = wire.pack({"test": self.test, "answer": self.answer, "check": self.check, "requests": asked},
                             self.codec)  # records the oracles among the inputs (_oracle_name)
-        self._budget = ORACLE_FACTOR * _elements((request.args, request.kwargs)) + ORACLE_SLACK
-        self._reply: Reply | None = None
+        largest = max((_elements((r.args, r.kwargs)) for r in requests), default=0)
+        self._budget = ORACLE_FACTOR * largest + ORACLE_SLACK
+        self._replies: list[Reply] | None = None
         code = (f"__import__('autograder.respond', fromlist=['serve']).serve({self.chapter!r}, "
                 f"{base64.b64encode(message).decode()!r})")
         try:
             self.session.exchange(code, self.deadline, self._answer)
         except Deadline:
             raise TimedOut(f"checking it took longer than the {self.seconds:.0f} s it had") from None
-        if self._reply is None:
-            return Reply(error="ReplyError: the kernel sent no reply")
-        return self._reply
+        replies = self._replies or [Reply(error="ReplyError: the kernel sent no reply")]
+        if len(replies) != len(requests):  # a reply list of another length answers nothing right
+            return [replies[0] if len(replies) == 1 else Reply(error="ReplyError: the kernel's replies do not match "
+                                                                     "its requests")] * len(requests)
+        return replies
 
     # ---- what the kernel sends
 
@@ -89,19 +93,21 @@ class KernelRespondent(Respondent):
         if not prompt.startswith(PROMPT):
             return ""  # the student's own input(): nothing to read there
         kind, _, payload = prompt[len(PROMPT):].partition(" ")
-        if kind == "reply" and self._reply is None:
-            self._reply = self._decode_reply(payload)
+        if kind == "reply" and self._replies is None:
+            self._replies = self._decode_replies(payload)
             return ""
         if kind == "oracle":
             return self._oracle(payload)
         return ""
 
-    def _decode_reply(self, payload: str) -> Reply:
+    def _decode_replies(self, payload: str) -> list[Reply]:
         try:
             data = wire.unpack(base64.b64decode(payload, validate=True), wire.Codec(), self.limits)
         except (wire.WireError, ValueError) as error:
-            return Reply(error=f"ReplyError: the reply could not be read ({error})")
-        return Reply.from_data(data)
+            return [Reply(error=f"ReplyError: the reply could not be read ({error})")]
+        if not isinstance(data, list):
+            return [Reply(error=f"ReplyError: the reply was a {type(data).__name__}, not a list of replies")]
+        return [Reply.from_data(item) for item in data]
 
     # ---- oracles: what only the grading side can compute
 

@@ -36,8 +36,8 @@ class UnreadableNotebook(Exception):
 
 
 @dataclass
-class Part:
-    """One graded test cell and the answers it checks.
+class GradedCell:
+    """One graded test cell of the source (nbgrader's unit of grading: a part of the assignment).
 
     Attributes:
         grade_id: the test cell's nbgrader id, e.g. ``"test_masked_softmax"``.
@@ -73,13 +73,13 @@ class Assembled:
     """
 
     notebook: NotebookNode
-    parts: list[Part]
+    parts: list[GradedCell]
     roles: list[str]
     checks: dict[int, list[CheckCall]] = field(default_factory=dict)
     unanswered: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
-    def part_of(self, index: int) -> Part | None:
+    def part_of(self, index: int) -> GradedCell | None:
         """The part whose test cell comes at or after cell ``index`` (``None`` past the last)."""
         tests = self.test_indices()
         following = [i for i in tests if i >= index]
@@ -157,9 +157,9 @@ def answer_ids(source: NotebookNode) -> list[str]:
     return [nbgrader_meta(c)["grade_id"] for c in source.cells if is_answer(c)]
 
 
-def parts_of(source: NotebookNode) -> list[Part]:
+def parts_of(source: NotebookNode) -> list[GradedCell]:
     """The graded parts of the instructor's source notebook, in order."""
-    return [Part(nbgrader_meta(c)["grade_id"], float(nbgrader_meta(c).get("points", 0))) for c in source.cells if is_test(c)]
+    return [GradedCell(nbgrader_meta(c)["grade_id"], float(nbgrader_meta(c).get("points", 0))) for c in source.cells if is_test(c)]
 
 
 def assemble(source: NotebookNode, submission: NotebookNode) -> Assembled:
