@@ -208,6 +208,19 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
     # 8. resources: each works only where a limit would not hold
     add("reads_shadow", answer(solution, "window_mask", secret(Path("/etc/shadow"))), expect(window_mask="failed"))
     add("huge_message", answer(solution, "window_mask", RIGHT_WINDOW + "\nprint('x' * 700_000_000)\n"), expect())
+    # messages the grader cannot verify (signed with another key, or not Jupyter messages at all) are dropped
+    add("garbles_messages", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent("""
+        import sys
+        from ipykernel.kernelapp import IPKernelApp
+        kernel = IPKernelApp.instance().kernel
+        key = kernel.session.key
+        kernel.session.key = b'not the key'
+        print('signed with another key')
+        sys.stdout.flush()
+        kernel.session.key = key
+        kernel.iopub_socket.send_multipart([b'<IDS|MSG>', b'0' * 64, b'{', b'', b'', b''])
+        kernel.iopub_socket.send_multipart([b'no delimiter'])
+        """)), expect())
     if _cgroups():
         add("fork_bomb", answer(solution, "window_mask", _if_it_leaks("""
             import subprocess
