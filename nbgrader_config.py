@@ -11,3 +11,25 @@ c.CourseDirectory.source_directory = "solutions"
 c.CourseDirectory.release_directory = "exercises"
 # Test cells can take a moment (they run every check on CPU and, if present, CUDA).
 c.ExecutePreprocessor.timeout = 120
+
+# The feedback pages (`nbgrader generate_feedback`): nbgrader's, their list of scores naming each graded
+# part (autograder/grading/templates/course_feedback/).
+import os.path as _path  # noqa: E402
+
+import autograder.grading as _grading  # noqa: E402
+import nbgrader as _nbgrader  # noqa: E402
+
+c.HTMLExporter.template_name = "course_feedback"
+c.HTMLExporter.template_file = "course_feedback.html.j2"
+c.HTMLExporter.extra_template_basedirs = [
+    _path.join(_path.dirname(_grading.__file__), "templates"),
+    _path.join(_path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates"),
+]
+
+# Hand-ins downloaded from a learning-management system: `nbgrader zip_collect ASSIGNMENT` sorts the
+# files it finds in downloaded/ASSIGNMENT/archive/ (the LMS's zip, or notebooks) into submitted/. The
+# expression reads Canvas's file names, `<name>_<user id>_<submission id>_<file>`, with LATE_ after the
+# name of a late hand-in and -1, -2 after the file's name when handed in again:
+# lovelaceada_LATE_48213_917236_03_masking-1.ipynb is lovelaceada's 03_masking.ipynb. The instructors' guide
+# gives Moodle's.
+c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/_]+)_(?:LATE_)?\d+_\d+_(?P<file_id>\d\d_[a-z_]+)[^/]*\.ipynb$"

@@ -353,7 +353,8 @@ def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_pat
 
     secret_file = tmp_path / "secret"
     secret, _ = load_or_create(secret_file)
-    assert cli.main(["cases", "03_masking", "ada", "--part", "masked_softmax", "--secret-file", str(secret_file)]) == 0
+    assert cli.main(["cases", "03_masking", "ada", "--part", "masked_softmax", "--secret-file", str(secret_file),
+                     "--any-student"]) == 0
     shown = capsys.readouterr().out
     key = student_key(secret, "03_masking", "ada")
     seed = parts.hidden_seed("ch03_masking", "masked_softmax", key)
@@ -361,12 +362,17 @@ def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_pat
     for call in parts.hidden_calls(ch03.PARTS["masked_softmax"], key)[0]:
         assert call.description in shown
     assert "tensor(" in shown
-    assert cli.main(["cases", "03_masking", "ada", "--part", "nothing", "--secret-file", str(secret_file)]) == 2
+    assert cli.main(["cases", "03_masking", "ada", "--part", "nothing", "--secret-file", str(secret_file),
+                     "--any-student"]) == 2
     capsys.readouterr()
     # without --secret-file: the secret the course's nbgrader_config.py names, as for grade
     course = tmp_path / "course"
-    course.mkdir()
+    (course / "submitted" / "ada" / "03_masking").mkdir(parents=True)
     (course / "nbgrader_config.py").write_text('c = get_config()\nc.GradeSettings.secret_file = "../secret"\n')
     monkeypatch.setenv("AUTOGRADER_SECRET_FILE", str(tmp_path / "not-this-one"))
     assert cli.main(["cases", "03_masking", "ada", "--part", "masked_softmax", "--course-dir", str(course)]) == 0
     assert capsys.readouterr().out == shown
+    # a mistyped name draws someone else's cases: refused, with the names that are near
+    assert cli.main(["cases", "03_masking", "adaa", "--course-dir", str(course)]) == 2
+    refused = capsys.readouterr()
+    assert refused.out == "" and "'adaa' has no submission of 03_masking" in refused.err and "did you mean ada" in refused.err

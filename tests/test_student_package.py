@@ -16,6 +16,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -23,9 +24,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autograder.grading.notebooks import release_source
-from autograder.grading.publish import publish
+from autograder.grading.publish import PublishError, publish
 from autograder.reference import generate
 from course import ASSIGNMENTS, ROOT, load, notebook
 
@@ -128,7 +130,8 @@ def test_no_reference_answer_and_no_hidden_test_reaches_students(wheels, which):
 
 
 def test_the_published_repository_holds_no_solution_and_no_hidden_test(tmp_path):
-    written = publish(ROOT, tmp_path / "students")
+    # the exercises are checked against a fresh generation by the `wheels` fixture's publish and below
+    written = publish(ROOT, tmp_path / "students", check_generated=False).written
     assert {p.parts[0] for p in written} == {"exercises", "autograder", "binder", "pyproject.toml", "README.md",
                                               ".gitignore"}
     texts = "\n".join((tmp_path / "students" / p).read_text(errors="replace") for p in written)
@@ -138,7 +141,8 @@ def test_the_published_repository_holds_no_solution_and_no_hidden_test(tmp_path)
         assert "\n".join(line.strip() for line in texts.splitlines()).find(block) < 0
     log = subprocess.run(["git", "log", "--oneline"], cwd=tmp_path / "students", capture_output=True, text=True)
     assert log.stdout.count("\n") == 1, "the release is not committed"
-    assert publish(ROOT, tmp_path / "students") == written, "publishing again changed what is published"
+    again = publish(ROOT, tmp_path / "students", check_generated=False)
+    assert again.written == written and not again.committed, "publishing again changed what is published"
 
 
 def test_publishing_refuses_a_folder_it_did_not_make(tmp_path):
@@ -146,9 +150,9 @@ def test_publishing_refuses_a_folder_it_did_not_make(tmp_path):
     from autograder.grading.publish import PublishError
 
     with pytest.raises(PublishError, match="not empty"):
-        publish(ROOT, tmp_path)
+        publish(ROOT, tmp_path, check_generated=False)
     with pytest.raises(PublishError, match="inside the course"):
-        publish(ROOT, ROOT / "students")
+        publish(ROOT, ROOT / "students", check_generated=False)
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -201,3 +205,71 @@ def test_every_visible_check_passes_from_the_students_package_alone(wheels, tmp_
     assert passes == len(test_cells), ran.stdout
     assert "hidden checks: grading side only" in ran.stdout
     json.loads((target / "autograder" / "cases" / f"ch{assignment}.json").read_text())
+
+
+# --------------------------------------------------------------------------------------
+# Releasing assignments one at a time, safely
+# --------------------------------------------------------------------------------------
+
+
+def _course_copy(folder: Path) -> Path:
+    """What ``publish`` reads of the course repository, copied (to be changed by a test)."""
+    for name in ("exercises", "solutions", "autograder", "binder"):
+        shutil.copytree(ROOT / name, folder / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "_config.yml", "nbgrader_config.py"):
+        shutil.copy(ROOT / name, folder / name)
+    return folder
+
+
+@pytest.mark.slow
+def test_assignments_are_released_one_at_a_time_and_earlier_releases_stay(tmp_path):
+    destination = tmp_path / "students"
+    first = publish(ROOT, destination, assignments=["01"])
+    assert first.assignments == ["01_nadaraya_watson"] and first.committed
+    assert sorted(p.name for p in (destination / "exercises").iterdir()) == ["01_nadaraya_watson"]
+    released = (destination / "exercises" / "01_nadaraya_watson" / "01_nadaraya_watson.ipynb").read_bytes()
+    second = publish(ROOT, destination, assignments=["02_attention_scoring", "03"])
+    assert second.assignments == ["02_attention_scoring", "03_masking"] and second.committed
+    assert sorted(p.name for p in (destination / "exercises").iterdir()) == ["01_nadaraya_watson",
+                                                                             "02_attention_scoring", "03_masking"]
+    assert (destination / "exercises" / "01_nadaraya_watson" / "01_nadaraya_watson.ipynb").read_bytes() == released
+    assert not publish(ROOT, destination, assignments=["03"]).committed, "nothing changed, nothing to commit"
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=destination, capture_output=True, text=True).stdout
+    assert log.splitlines() == ["Release 02_attention_scoring, 03_masking and the visible checks",
+                                "Release 01_nadaraya_watson and the visible checks"]
+    with pytest.raises(PublishError, match="no assignment '09'"):
+        publish(ROOT, destination, assignments=["09"])
+
+
+@pytest.mark.slow
+def test_a_solved_exercise_is_not_published(tmp_path):
+    course = _course_copy(tmp_path / "course")
+    exercise = course / "exercises" / "03_masking" / "03_masking.ipynb"
+    notebook = json.loads(exercise.read_text())
+    solved = next(c for c in notebook["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "causal_mask")
+    solved["source"] = "def causal_mask(num_queries, num_keys, device=None):\n    return torch.ones(1)"  # test-solved
+    exercise.write_text(json.dumps(notebook, indent=1))
+    with pytest.raises(PublishError, match="exercises/03_masking is not what nbgrader generates"):
+        publish(course, tmp_path / "students", assignments=["03"])
+    assert not (tmp_path / "students").exists(), "nothing was written"
+
+
+def test_the_students_pyproject_offers_the_checks_alone(tmp_path):
+    publish(ROOT, tmp_path / "students", assignments=["01"], check_generated=False)
+    text = (tmp_path / "students" / "pyproject.toml").read_text()
+    assert "grading" not in text and "make install" not in text and "entry-points" not in text
+    assert '"cases/*.json"' in text and "dependencies = []" in text
+    init = (tmp_path / "students" / "autograder" / "__init__.py").read_text()
+    assert "hold the reference" not in init and "belong to the instructors' copy of the course only" in init
+
+
+def test_publishing_warns_when_the_notebooks_would_install_from_the_course_itself(tmp_path):
+    course = _course_copy(tmp_path / "course")
+    url = yaml.safe_load((course / "_config.yml").read_text())["repository"]["url"]
+    subprocess.run(["git", "init", "--quiet"], cwd=course, check=True)
+    subprocess.run(["git", "remote", "add", "origin", url + ".git"], cwd=course, check=True)
+    release = publish(course, tmp_path / "students", assignments=["01"], check_generated=False)
+    assert release.warnings and "this course repository" in release.warnings[0]
+    subprocess.run(["git", "remote", "set-url", "origin", "git@github.com:someone/private-course.git"], cwd=course,
+                   check=True)
+    assert publish(course, tmp_path / "students2", assignments=["01"], check_generated=False).warnings == []

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 import uuid
+from datetime import datetime
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -38,8 +39,9 @@ import nbformat
 
 from .. import __version__
 from . import kernels
+from .execute import GradingEnvironmentError
 from .verdict import STATUSES, PartResult, grade_submission
-from .gradebook import Course, ensure_assignment, read_timestamp, record, write_csv
+from .gradebook import Course, ensure_assignment, manual_scores, read_timestamp, record, write_csv
 from .sandbox import Limits, check_bubblewrap
 from .sandbox import policy as sandbox_policy
 from .secret import fingerprint, load_or_create, student_key
@@ -102,7 +104,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     source = nbformat.read(source_path, as_version=4)
     address = settings.scheduler_address
     limits = _limits(settings, local=address is None)
-    secret = _secret(settings.secret_path)
+    secret = _secret(settings.secret_path, origins["secret_file"], first_run=not (course.root / "grades" / ".state").exists())
     ensure_assignment(course, assignment, source_path)
     students = course.students(assignment)
     if not students:
@@ -128,6 +130,8 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     try:
         for student, outcome in results:
             problem = outcome if isinstance(outcome, str) else _refusal(outcome)
+            if problem and problem.startswith(f"{GradingEnvironmentError.__name__}: "):
+                raise GradingEnvironmentError(problem.split(": ", 1)[1])  # every submission would fail: stop
             if problem:
                 log.warning("%s: not graded: %s", student, problem)
                 not_graded[student] = problem
@@ -312,12 +316,26 @@ def _limits(settings: GradeSettings, local: bool) -> Limits:
     return _on_this_machine(limits) if local else limits
 
 
-def _secret(path: Path) -> bytes:
-    """The course secret, made on first use (and said so, since regrades need the same file)."""
+def _secret(path: Path, origin: str, first_run: bool) -> bytes:
+    """The course secret, made on first use; where it comes from is said on every run.
+
+    On a course's first grading run, a secret that was already there is one made for
+    something else, perhaps an earlier cohort, whose hidden inputs would then repeat: the
+    run says so.
+    """
     secret, created = load_or_create(path)
+    where = {"argument": "--secret-file", "nbgrader_config.py": "c.GradeSettings.secret_file in nbgrader_config.py",
+             "default": "AUTOGRADER_SECRET_FILE" if os.environ.get("AUTOGRADER_SECRET_FILE") else "the default place"}
     if created:
-        print(f"made a new grading secret in {path}: keep it (regrades need it) and out of every repository",
-              flush=True)
+        print(f"made a new grading secret in {path} ({where[origin]}): keep it (regrades need it) and out of every "
+              "repository", flush=True)
+        return secret
+    made = datetime.fromtimestamp(path.stat().st_mtime).strftime("%Y-%m-%d")
+    print(f"grading secret: {path} ({where[origin]}, made {made})", flush=True)
+    if first_run:
+        print(f"warning: this is the course's first grading run, yet its secret {path} was made before it ({made}): "
+              "if it is an earlier course's, its hidden inputs repeat here; move it away (a new one is made) unless "
+              "it is this course's", flush=True)
     return secret
 
 
@@ -371,11 +389,18 @@ def _state(course: Course, assignment: str, student: str) -> dict:
 
 
 def _rows(course: Course, assignment: str, students: list[str]) -> list[dict]:
-    """One CSV row per student and part, from the state files."""
+    """One CSV row per student and part, from the state files and the gradebook.
+
+    ``score`` is the gradebook's (a score overridden by hand in the formgrader wins);
+    ``auto_score`` is the grader's.
+    """
+    overridden = manual_scores(course, assignment)
     rows = []
     for student in students:
         for result in _state(course, assignment, student).get("results", []):
-            rows.append({"student": student, "assignment": assignment, **result})
+            score = overridden.get((student, result["part"]), result["score"])
+            rows.append({"student": student, "assignment": assignment, **result, "score": score,
+                         "auto_score": result["score"]})
     return rows
 
 
@@ -409,6 +434,10 @@ def summary(report: GradeReport) -> str:
     lines = [f"graded {len(report.graded)} submissions in {report.seconds:.1f} s "
              f"({len(report.unchanged)} unchanged, not regraded)",
              f"parts: {parts or 'none'}"]
+    by_hand = [row for row in report.rows if row["score"] != row["auto_score"]]
+    if by_hand:
+        lines.append(f"{len(by_hand)} scores set by hand in the gradebook count instead of the grader's "
+                     "(the CSV's auto_score column keeps the grader's)")
     if report.not_graded:
         lines.append("NOT graded, the grader failed (run the command again to grade them): "
                      + "; ".join(f"{s}: {why}" for s, why in sorted(report.not_graded.items())))

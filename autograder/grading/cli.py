@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import logging
 import os
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 from traitlets import Bool, Float, Integer
 
 from .assignment import grade, summary
+from .execute import GradingEnvironmentError
+from .gradebook import Course
 from .publish import PublishError, publish
 from .sandbox import SandboxUnavailable
 from .secret import load_or_create, student_key
@@ -41,12 +44,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     release = commands.add_parser("publish", help="write the student repository of a course run for credit")
     release.add_argument("destination", type=Path, help="folder of the student repository (made, or updated)")
     release.add_argument("--course-dir", type=Path, default=Path("."), help="the course repository (default: .)")
+    release.add_argument("--assignments", nargs="+", default=None, metavar="ID",
+                         help="the assignments to release, by id or number (e.g. 01 02); earlier releases stay "
+                              "(default: all)")
     cases = commands.add_parser("cases", help="show the hidden inputs one student was graded on (regrade requests)")
     cases.add_argument("assignment", help="assignment id, e.g. 03_masking")
     cases.add_argument("student", help="the student's id, as in submitted/<student>/")
     cases.add_argument("--part", default=None, help="one graded part, e.g. masked_softmax: also print its tensors")
     cases.add_argument("--course-dir", type=Path, default=Path("."),
                        help="nbgrader course directory, whose nbgrader_config.py may name the secret (default: .)")
+    cases.add_argument("--any-student", action="store_true",
+                       help="show the cases of a student who has no submission (a mistyped name is refused otherwise)")
     cases.add_argument("--secret-file", type=Path, default=None, help="the course secret (as for grade)")
     return parser.parse_args(argv)
 
@@ -77,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "cases":
             return show_hidden_cases(args)
         return grade_assignment(args)
-    except (SandboxUnavailable, FileNotFoundError, ValueError, PublishError, ConnectionError) as error:
+    except (SandboxUnavailable, FileNotFoundError, ValueError, PublishError, ConnectionError,
+            GradingEnvironmentError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
 
@@ -104,6 +113,7 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
     path = resolve(course_config(args.course_dir), secret_file=args.secret_file and str(args.secret_file))[0].secret_path
     if not path.exists():
         raise FileNotFoundError(f"no grading secret at {path}: the hidden cases depend on it (--secret-file)")
+    _expect_submission(args)
     secret, _ = load_or_create(path)
     key = student_key(secret, args.assignment, args.student)
     try:
@@ -126,6 +136,21 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
     return 0
 
 
+def _expect_submission(args: argparse.Namespace) -> None:
+    """Refuse a student without a submission of the assignment (any name draws cases: a typo would show
+    someone else's), unless ``--any-student``."""
+    if args.any_student:
+        return
+    course = Course.open(args.course_dir)
+    students = course.students(args.assignment)
+    if args.student not in students:
+        near = difflib.get_close_matches(args.student, students, n=3)
+        raise ValueError(f"{args.student!r} has no submission of {args.assignment} in "
+                         f"{course.root / course.coursedir.submitted_directory}"
+                         + (f" (did you mean {', '.join(near)}?)" if near else "")
+                         + "; --any-student shows the cases of any name")
+
+
 def _log_to_stdout(level: int) -> None:
     """``-v``: the grading log (settings, workers, each submission) on stdout, with times."""
     log = logging.getLogger("autograder.grading")
@@ -138,7 +163,14 @@ def _log_to_stdout(level: int) -> None:
 
 def publish_student_repository(args: argparse.Namespace) -> int:
     """``publish DEST``: exercises and visible checks, without references or solutions."""
-    written = publish(args.course_dir, args.destination)
-    print(f"published {len(written)} files to {args.destination.resolve()}: exercises/, the visible checks "
-          "(autograder/ without reference/ and grading/), binder/, pyproject.toml, README.md")
+    release = publish(args.course_dir, args.destination, assignments=args.assignments)
+    for warning in release.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    where = args.destination.resolve()
+    if not release.committed:
+        print(f"nothing changed in {where} since its last release: nothing committed")
+        return 0
+    print(f"released {', '.join(release.assignments)} to {where} ({len(release.written)} files: exercises/, the "
+          "visible checks without reference/ and grading/, binder/, pyproject.toml, README.md), committed; "
+          "push it to the students' repository")
     return 0

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -51,6 +52,11 @@ class CellResult:
 
 class Deadline(Exception):
     """The kernel did not answer before the deadline (it was killed)."""
+
+
+class GradingEnvironmentError(RuntimeError):
+    """The grading kernel cannot even start its work (the same for every submission): the message says why and
+    what to do."""
 
 
 class KernelLost(Exception):
@@ -93,6 +99,7 @@ class KernelSession:
         self.restarts = 0
         self.client: _Client | None = None
         self.sockets: str | None = None
+        self.error = ""  # the error of the last exchange that failed, as the kernel named it
         self.reached = 0  # the cells before this index have run in the current kernel (or were replayed)
 
     # ---- the cells
@@ -263,7 +270,9 @@ class KernelSession:
             if kc.shell_channel.socket in ready:
                 message = await kc.shell_channel.get_msg(timeout=0)
                 if message["parent_header"].get("msg_id") == msg_id:
-                    return str(message["content"].get("status"))
+                    content = message["content"]
+                    self.error = f"{content.get('ename', '')}: {content.get('evalue', '')}"[:500]
+                    return str(content.get("status"))
 
     # ---- the kernel itself
 
@@ -290,8 +299,14 @@ class KernelSession:
                 "import autograder.respond as _r; del _r")
         status = self.exchange(code, time.monotonic() + 120, lambda prompt: "")
         if status != "ok":
-            raise RuntimeError("the grading kernel could not be prepared (the course's `autograder` package or "
-                               "PyTorch could not be imported there)")
+            import autograder
+
+            raise GradingEnvironmentError(
+                f"the grading kernel cannot import PyTorch or the course's package ({self.error}). The kernel sees "
+                f"this Python environment ({sys.prefix}) and the package the grader itself runs, "
+                f"{os.path.dirname(autograder.__file__)}, and nothing else: install that course folder into this "
+                "environment (`pip install -e .` in it, or `make install`) rather than another copy, and run the "
+                "grading command with this environment's python")
 
     def _stop_kernel(self) -> None:
         """Kill the kernel (its sandbox and everything in it goes with it)."""

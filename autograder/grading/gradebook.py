@@ -71,7 +71,7 @@ class GradebookUnavailable(ConnectionError):
     """
 
 
-CSV_COLUMNS = ["student", "assignment", "part", "score", "max_score", "status", "message"]
+CSV_COLUMNS = ["student", "assignment", "part", "score", "max_score", "status", "message", "auto_score"]
 
 
 @dataclass
@@ -283,6 +283,24 @@ def record(course: Course, assignment: str, notebook_id: str, student: str, resu
             comment.auto_comment = "No response." if blank else None
 
     _transaction(course.db_url, write)
+
+
+def manual_scores(course: Course, assignment: str) -> dict[tuple[str, str], float]:
+    """``{(student, part): score}`` of the scores set by hand (in the formgrader) for ``assignment``.
+
+    The gradebook is the record: a score overridden there replaces the grader's in the
+    course's CSV and in ``nbgrader export``.
+    """
+    def read(gradebook: Gradebook) -> dict[tuple[str, str], float]:
+        try:
+            submissions = gradebook.assignment_submissions(assignment)
+        except MissingEntry:
+            return {}
+        return {(submission.student_id, grade.name): float(grade.manual_score)
+                for submission in submissions for notebook in submission.notebooks for grade in notebook.grades
+                if grade.manual_score is not None}
+
+    return _transaction(course.db_url, read)
 
 
 def read_timestamp(folder: Path) -> datetime | None:

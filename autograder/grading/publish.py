@@ -5,26 +5,37 @@ answers), ``autograder/reference/`` (reference answers and hidden cases), the gr
 command and ``instructors/`` (the answers to the book's think-exercises). Students get a
 second repository made from it by this command, holding only
 
-* ``exercises/``: the released notebooks;
-* ``autograder/`` without ``reference/`` and ``grading/``: the visible checks, which read
-  their expected values from ``autograder/cases/*.json``;
-* ``binder/``, ``pyproject.toml`` and a README: what Colab, Binder and ``pip install``
-  need to run the exercises.
+* ``exercises/``: the released notebooks, those of the assignments chosen
+  (``--assignments 01 02``; all by default), earlier releases kept as they are;
+* ``autograder/`` without ``reference/`` and ``grading/``: the visible checks of every
+  chapter, which read their expected values from ``autograder/cases/*.json`` (the checks of
+  an assignment not released yet give nothing of its answers away);
+* ``binder/``, a ``pyproject.toml`` of the checks alone and a README: what Colab, Binder
+  and ``pip install`` need to run the exercises.
 
-Run it after ``make exercises``; each run replaces the previous content of ``DEST`` (a git
-repository, made on the first run) and commits the new release. Push ``DEST`` to the
-students' repository, whose URL ``_config.yml`` names so that the exercise notebooks'
-Colab set-up cell installs the checks from it.
+It refuses an exercise that differs from a fresh ``nbgrader generate_assignment`` of its
+source (a notebook an instructor test-solved in ``exercises/``, say), and says so when the
+notebooks would install their checks from the course repository itself rather than from
+the students'. Run it after ``make exercises``; each run commits the new release in
+``DEST`` (a git repository, made on the first run), or says that nothing changed. Push
+``DEST`` to the students' repository.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
+import sys
+import tempfile
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
-#: What the student repository holds, relative to the course repository.
-PUBLISHED = ["exercises", "autograder", "binder", "pyproject.toml"]
+#: What the student repository holds, relative to the course repository (``exercises/``, the
+#: chosen assignments only, and a ``pyproject.toml`` of its own are written apart).
+PUBLISHED = ["autograder", "binder"]
 #: Left out of ``autograder/``: the grading side.
 WITHHELD = {"reference", "grading", "__pycache__"}
 #: Top-level folders of the course repository that are for instructors only. ``PUBLISHED``
@@ -50,40 +61,157 @@ This repository is generated from the instructors' course repository by
 """
 
 
+PYPROJECT = """[build-system]
+requires = ["setuptools>=61"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "{version}"
+description = "The visible checks of the course's exercises"
+requires-python = "{python}"
+# Colab and Binder have PyTorch and matplotlib, which the checks need: nothing else is installed.
+dependencies = []
+
+[tool.setuptools.packages.find]
+include = ["autograder*"]
+
+[tool.setuptools.package-data]
+autograder = ["cases/*.json"]
+"""
+
+
 class PublishError(Exception):
     """The student repository cannot be written; the message says why."""
 
 
-def publish(course: Path, destination: Path, title: str = "Attention Mechanisms") -> list[Path]:
+@dataclass
+class Release:
+    """What a run of :func:`publish` did.
+
+    Attributes:
+        written: the files of the student repository, relative to it.
+        assignments: the assignments whose exercises this run released.
+        committed: whether anything changed (and was committed).
+        warnings: what the instructor should look at (the repository the notebooks install from).
+    """
+
+    written: list[Path]
+    assignments: list[str]
+    committed: bool
+    warnings: list[str]
+
+
+def publish(course: Path, destination: Path, title: str = "Attention Mechanisms",
+            assignments: list[str] | None = None, check_generated: bool = True) -> Release:
     """Write the student repository of ``course`` into ``destination`` and commit it.
 
-    Returns:
-        The files written, relative to ``destination``.
+    Args:
+        assignments: ids or numbers (``"03_masking"`` or ``"03"``) of the assignments to
+            release; ``None``: all. The exercises of assignments released before stay.
+        check_generated: refuse an exercise that differs from a fresh generation of its
+            source (needs nbgrader; leave it on).
 
     Raises:
         PublishError: ``destination`` is inside the course, is a folder not made by this
-            command, or something meant for instructors would be published.
+            command, an assignment is unknown or its exercise is not the generated one, or
+            something meant for instructors would be published.
     """
     course, destination = course.resolve(), destination.resolve()
     if destination == course or course in destination.parents:
         raise PublishError(f"{destination} is inside the course repository; publish to a folder outside it")
-    missing = [name for name in PUBLISHED if not (course / name).exists()]
+    missing = [name for name in [*PUBLISHED, "exercises", "pyproject.toml"] if not (course / name).exists()]
     if missing:
         raise PublishError(f"{course} is not the course repository: it lacks {', '.join(missing)}")
+    chosen = _chosen(course, assignments)
+    if check_generated:
+        _expect_generated(course, chosen)
     _prepare(destination)
     for name in PUBLISHED:
-        source = course / name
-        if source.is_dir():
-            shutil.copytree(source, destination / name, ignore=_withheld(course))
-        else:
-            shutil.copy2(source, destination / name)
+        shutil.copytree(course / name, destination / name, ignore=_withheld(course))
+    for assignment in chosen:
+        shutil.rmtree(destination / "exercises" / assignment, ignore_errors=True)
+        shutil.copytree(course / "exercises" / assignment, destination / "exercises" / assignment,
+                        ignore=_withheld(course))
+    (destination / "pyproject.toml").write_text(_students_pyproject(course), encoding="utf-8")
     (destination / "README.md").write_text(README.format(title=title), encoding="utf-8")
     (destination / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\n", encoding="utf-8")
     written = sorted(p.relative_to(destination) for p in destination.rglob("*")
                      if p.is_file() and ".git" not in p.relative_to(destination).parts)
     _refuse_instructor_material(destination, written)
-    _commit(destination)
-    return written
+    committed = _commit(destination, chosen)
+    return Release(written, chosen, committed, _install_warnings(course, destination))
+
+
+def _chosen(course: Path, assignments: list[str] | None) -> list[str]:
+    """The assignment ids asked for (by id or number), checked against ``exercises/``."""
+    known = sorted(p.name for p in (course / "exercises").iterdir() if p.is_dir() and not p.name.startswith("."))
+    if assignments is None:
+        return known
+    chosen = []
+    for wanted in assignments:
+        matches = [a for a in known if a == wanted or a.split("_")[0] == wanted]
+        if not matches:
+            raise PublishError(f"no assignment {wanted!r} in exercises/ (there are {', '.join(known)})")
+        chosen += [a for a in matches if a not in chosen]
+    return chosen
+
+
+def _expect_generated(course: Path, assignments: list[str]) -> None:
+    """Each exercise equals a fresh ``nbgrader generate_assignment`` of its source, or nothing is published."""
+    with tempfile.TemporaryDirectory(prefix="publish-check-") as folder:
+        scratch = Path(folder)
+        shutil.copy(course / "nbgrader_config.py", scratch)
+        for assignment in assignments:
+            shutil.copytree(course / "solutions" / assignment, scratch / "solutions" / assignment)
+            generated = subprocess.run([_nbgrader(), "generate_assignment", assignment, "--force"], cwd=scratch,
+                                       capture_output=True, text=True, env=_with_environment_on_path())
+            if generated.returncode != 0:
+                raise PublishError(f"nbgrader could not generate {assignment}: {generated.stderr.strip()[-500:]}")
+            fresh = json.loads((scratch / "exercises" / assignment / f"{assignment}.ipynb").read_text())
+            released = json.loads((course / "exercises" / assignment / f"{assignment}.ipynb").read_text())
+            if fresh != released:
+                raise PublishError(f"exercises/{assignment} is not what nbgrader generates from solutions/{assignment} "
+                                   "(a solved or edited copy?): run `make exercises`, then publish again")
+
+
+def _nbgrader() -> str:
+    beside = Path(sys.executable).parent / "nbgrader"
+    return str(beside) if beside.exists() else "nbgrader"
+
+
+def _with_environment_on_path() -> dict[str, str]:
+    """This environment's variables, its ``bin/`` first on ``PATH`` (nbgrader runs ``alembic`` from there)."""
+    return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
+
+
+def _students_pyproject(course: Path) -> str:
+    """The students' ``pyproject.toml``: the checks alone, no grading extra, no entry points."""
+    project = tomllib.loads((course / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    return PYPROJECT.format(name=project["name"], version=project["version"],
+                            python=project.get("requires-python", ">=3.10"))
+
+
+def _install_warnings(course: Path, destination: Path) -> list[str]:
+    """A warning when the notebooks would install their checks from the course repository itself."""
+    import yaml
+
+    url = str(yaml.safe_load((course / "_config.yml").read_text(encoding="utf-8"))["repository"]["url"]).rstrip("/")
+    origin = subprocess.run(["git", "remote", "get-url", "origin"], cwd=course, capture_output=True, text=True)
+    course_url = origin.stdout.strip().removesuffix(".git").rstrip("/") if origin.returncode == 0 else ""
+    if course_url and _same_repository(url, course_url):
+        return [f"the exercise notebooks install their checks from {url}, which is this course repository (with its "
+                "solutions): set repository.url in _config.yml to the students' repository, run `make exercises`, "
+                "and publish again"]
+    return []
+
+
+def _same_repository(first: str, second: str) -> bool:
+    """Whether two remote addresses name one repository (``https://host/o/r`` and ``git@host:o/r``)."""
+    def key(url: str) -> str:
+        return url.removesuffix(".git").replace("git@", "").replace(":", "/").split("//")[-1].lower()
+
+    return key(first) == key(second)
 
 
 def _withheld(course: Path):
@@ -99,7 +227,8 @@ def _withheld(course: Path):
 
 
 def _prepare(destination: Path) -> None:
-    """An empty folder, or a previous release (a git repository holding ``exercises/``) emptied."""
+    """An empty folder, or a previous release (a git repository holding ``exercises/``) emptied but for
+    its exercises (an assignment released before stays as it was)."""
     if not destination.exists():
         destination.mkdir(parents=True)
         return
@@ -107,7 +236,8 @@ def _prepare(destination: Path) -> None:
     if entries and not ((destination / ".git").is_dir() and (destination / "exercises").is_dir()):
         raise PublishError(f"{destination} is not empty and is not a student repository made by this command")
     for entry in entries:
-        shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
+        if entry.name != "exercises":
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
 
 
 def _refuse_instructor_material(destination: Path, written: list[Path]) -> None:
@@ -124,17 +254,19 @@ def _refuse_instructor_material(destination: Path, written: list[Path]) -> None:
                 raise PublishError(f"{relative} contains {found[0]!r}: regenerate the exercises (`make exercises`)")
 
 
-def _commit(destination: Path) -> None:
-    """Commit the release (the repository is made on the first run)."""
+def _commit(destination: Path, assignments: list[str]) -> bool:
+    """Commit the release (the repository is made on the first run); whether anything changed."""
     def git(*args: str) -> None:
         identity = ["-c", "user.name=Course publisher", "-c", "user.email=publisher@localhost"]
         subprocess.run(["git", *identity, *args], cwd=destination, check=True, capture_output=True, text=True)
 
     if shutil.which("git") is None:
-        return
+        return True
     if not (destination / ".git").is_dir():
         git("init", "--quiet", "--initial-branch=main")
     git("add", "--all")
     status = subprocess.run(["git", "status", "--porcelain"], cwd=destination, capture_output=True, text=True)
-    if status.stdout.strip():
-        git("commit", "--quiet", "-m", "Release the exercises and their visible checks")
+    if not status.stdout.strip():
+        return False
+    git("commit", "--quiet", "-m", f"Release {', '.join(assignments)} and the visible checks")
+    return True
