@@ -13,15 +13,17 @@ c.CourseDirectory.release_directory = "exercises"
 c.ExecutePreprocessor.timeout = 120
 
 # The feedback pages (`nbgrader generate_feedback`): nbgrader's, their list of scores naming each graded
-# part (autograder/grading/templates/course_feedback/).
+# part, their math typeset by the course's MathJax inside the page, not a CDN's
+# (autograder/grading/templates/course_feedback/, autograder/grading/feedback.py).
 import os.path as _path  # noqa: E402
 
 import autograder.grading as _grading  # noqa: E402
 import nbgrader as _nbgrader  # noqa: E402
 
-c.HTMLExporter.template_name = "course_feedback"
-c.HTMLExporter.template_file = "course_feedback.html.j2"
-c.HTMLExporter.extra_template_basedirs = [
+c.GenerateFeedback.exporter_class = "autograder.grading.feedback.FeedbackExporter"  # not the formgrader's pages
+c.FeedbackExporter.template_name = "course_feedback"
+c.FeedbackExporter.template_file = "course_feedback.html.j2"
+c.FeedbackExporter.extra_template_basedirs = [
     _path.join(_path.dirname(_grading.__file__), "templates"),
     _path.join(_path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates"),
 ]

@@ -90,6 +90,8 @@ def test_the_guide_takes_a_lecturer_from_a_release_to_grades_in_the_lms(tmp_path
     page = (course / "feedback" / "hopperg" / A / f"{A}.html").read_text()
     assert "<code>masked_softmax</code>" in page and "<code>masked_attention: its arguments</code>" in page
     assert "Test cell</a>" not in page
+    assert "cdnjs" not in page and "window.MathJax" in page, "the page's math is not the course's own MathJax"
+    assert typeset_offline(course / "feedback" / "hopperg" / A / f"{A}.html") > 0, "no math typeset offline"
 
     # 5. an override in the gradebook, as the formgrader makes it: the gradebook is the record
     from nbgrader.api import Gradebook
@@ -143,6 +145,48 @@ def test_a_kernel_that_cannot_import_the_course_says_so_and_what_to_do(tmp_path)
     assert "run the command again" not in result.stdout + result.stderr
 
 
+def typeset_offline(page: Path) -> int:
+    """How many formulas MathJax typesets in ``page``, opened from disk in Chromium with every other request
+    refused (a student's feedback page, offline)."""
+    from playwright.sync_api import sync_playwright
+
+    from test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    with sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context()
+            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith("file:")
+                          else route.abort("internetdisconnected"))
+            tab = context.new_page()
+            tab.goto(page.as_uri())
+            tab.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30_000)
+            tab.evaluate("MathJax.startup.promise")
+            return tab.locator("mjx-container").count()
+        finally:
+            browser.close()
+
+
 def read_csv(path: Path) -> list[dict]:
     with path.open(newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def test_the_course_feedback_template_leaves_the_formgraders_pages_alone():
+    """nbgrader_config.py configures the feedback exporter only: the formgrader renders submissions with an
+    HTMLExporter of its own (template ``formgrade``), which must not get the feedback page's template."""
+    from nbconvert.exporters import HTMLExporter
+    from traitlets.config.loader import PyFileConfigLoader
+
+    from autograder.grading.feedback import FeedbackExporter, InlineMathJax
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
+    from nbgrader.server_extensions.formgrader import handlers
+
+    config.HTMLExporter.template_name = "formgrade"  # what the formgrader sets for its own pages
+    config.HTMLExporter.extra_template_basedirs = [handlers.template_path]
+    formgrader = HTMLExporter(config=config)
+    assert formgrader.template_file != "course_feedback.html.j2" and formgrader.preprocessors == []
+    feedback = FeedbackExporter(config=config)
+    assert (feedback.template_name, feedback.template_file) == ("course_feedback", "course_feedback.html.j2")
+    assert feedback.preprocessors == [InlineMathJax]
