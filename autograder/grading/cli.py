@@ -21,7 +21,7 @@ from traitlets import Bool, Float, Integer
 
 from .assignment import grade, summary
 from .execute import GradingEnvironmentError
-from .gradebook import Course
+from .gradebook import Course, environment_on_path
 from .publish import PublishError, publish
 from .sandbox import SandboxUnavailable
 from .secret import load_or_create, student_key
@@ -77,8 +77,7 @@ def _add_setting(parser: argparse.ArgumentParser, name: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    # nbgrader creates a new gradebook with the `alembic` command of this environment
-    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    os.environ["PATH"] = environment_on_path(os.environ)["PATH"]  # for nbgrader, run in this process
     try:
         if args.command == "publish":
             return publish_student_repository(args)

@@ -12,6 +12,7 @@ only, so the formgrader's own pages keep nbgrader's templates.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from nbconvert.exporters import HTMLExporter
@@ -44,16 +45,13 @@ class InlineMathJax(Preprocessor):
         return nb, resources
 
 
-_cache: dict[str, str] = {}
-
-
+@functools.cache
 def _read(path: str) -> str:
-    if path not in _cache:
-        try:
-            _cache[path] = Path(path).read_text(encoding="utf-8") if path else ""
-        except OSError:
-            _cache[path] = ""
-    return _cache[path]
+    """The file at ``path`` (read once per process), or ``""``."""
+    try:
+        return Path(path).read_text(encoding="utf-8") if path else ""
+    except OSError:
+        return ""
 
 
 class FeedbackExporter(HTMLExporter):

@@ -18,13 +18,14 @@ import logging
 import os
 import random
 import sqlite3
+import sys
 import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator, Mapping, TypeVar
 
 import nbformat
 from nbgrader.api import (Comment, Gradebook, Grade, InvalidEntry, MissingEntry, Student, SubmittedAssignment,
@@ -110,6 +111,12 @@ class Course:
         """Every student with a folder for ``assignment`` under ``submitted/``."""
         submitted = self.root / self.coursedir.submitted_directory
         return sorted(p.parent.name for p in submitted.glob(f"*/{assignment}") if p.is_dir()) if submitted.is_dir() else []
+
+
+def environment_on_path(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` with this Python environment's ``bin/`` first on ``PATH``: nbgrader runs ``alembic`` (to make
+    a gradebook) and is run itself from there, whichever environment the shell had."""
+    return {**environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + environ.get("PATH", "")}
 
 
 def describe(db_url: str) -> str:

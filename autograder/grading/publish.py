@@ -27,11 +27,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+from .gradebook import environment_on_path
 
 #: What the student repository holds, relative to the course repository (``exercises/``, the
 #: chosen assignments only, and a ``pyproject.toml`` of its own are written apart).
@@ -164,8 +165,8 @@ def _expect_generated(course: Path, assignments: list[str]) -> None:
         shutil.copy(course / "nbgrader_config.py", scratch)
         for assignment in assignments:
             shutil.copytree(course / "solutions" / assignment, scratch / "solutions" / assignment)
-            generated = subprocess.run([_nbgrader(), "generate_assignment", assignment, "--force"], cwd=scratch,
-                                       capture_output=True, text=True, env=_with_environment_on_path())
+            generated = subprocess.run(["nbgrader", "generate_assignment", assignment, "--force"], cwd=scratch,
+                                       capture_output=True, text=True, env=environment_on_path(os.environ))
             if generated.returncode != 0:
                 raise PublishError(f"nbgrader could not generate {assignment}: {generated.stderr.strip()[-500:]}")
             fresh = json.loads((scratch / "exercises" / assignment / f"{assignment}.ipynb").read_text())
@@ -173,16 +174,6 @@ def _expect_generated(course: Path, assignments: list[str]) -> None:
             if fresh != released:
                 raise PublishError(f"exercises/{assignment} is not what nbgrader generates from solutions/{assignment} "
                                    "(a solved or edited copy?): run `make exercises`, then publish again")
-
-
-def _nbgrader() -> str:
-    beside = Path(sys.executable).parent / "nbgrader"
-    return str(beside) if beside.exists() else "nbgrader"
-
-
-def _with_environment_on_path() -> dict[str, str]:
-    """This environment's variables, its ``bin/`` first on ``PATH`` (nbgrader runs ``alembic`` from there)."""
-    return {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")}
 
 
 def _students_pyproject(course: Path) -> str:
