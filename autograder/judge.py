@@ -292,8 +292,15 @@ def _judge_probe(question: _Question, reply: Reply) -> None:
 def _argument_questions(check: ArgumentCheck) -> list[_Question]:
     """Each bad call, which must raise ``ValueError`` with a message that names its argument."""
     built = "" if check.construct is None else f"{check.part}{check.construct}, then "
-    return [_Question(Case(check.part, f"{built}bad arguments"), Request(ARGUMENTS, args, kwargs), _judge_argument,
-                      counts=1, context={"argument": argument}) for argument, args, kwargs in check.calls()]
+    return [_Question(Case(check.part, f"{built}bad arguments{_shown(kwargs)}"), Request(ARGUMENTS, args, kwargs),
+                      _judge_argument, counts=1, context={"argument": argument})
+            for argument, args, kwargs in check.calls()]
+
+
+def _shown(kwargs: dict) -> str:
+    """``": window=0"`` for the keyword arguments of a bad call that are not tensors."""
+    shown = [f"{name}={value!r}" for name, value in kwargs.items() if not isinstance(value, torch.Tensor)]
+    return f": {', '.join(shown)}" if shown else ""
 
 
 def _judge_argument(question: _Question, reply: Reply) -> None:

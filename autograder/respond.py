@@ -24,6 +24,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import torch
+
 from . import wire
 from .core import functions_of, tripwires
 from .parts import ArgumentCheck, Part, helpers
@@ -224,18 +226,55 @@ def exchange(kind: str, payload: bytes) -> str:
 
 
 def _oracle(name: str, bound: dict) -> Callable:
-    """A function that the grading process computes: an earlier part's reference, or a function of a case."""
+    """A function that the grading process computes: an earlier part's reference, or a function of a case.
 
-    def call(*args, **kwargs):
-        # the values cross as data: no gradient flows back through them
-        payload = wire.pack({"name": name, "args": _detach(args), "kwargs": _detach({**bound, **kwargs})})
-        answer = exchange("oracle", payload)
+    The values cross as data. Where a tensor argument needs a gradient (a training loop that
+    calls an earlier part, such as a loss), the result is an :class:`_AskedOutside` node:
+    its backward pass asks the grading process for the vector–Jacobian product too.
+    """
+
+    def ask(args: tuple, kwargs: dict, gradient: dict | None = None) -> Any:
+        message = {"name": name, "args": _detach(args), "kwargs": _detach({**bound, **kwargs})}
+        if gradient is not None:
+            message["gradient"] = _detach(gradient)
+        answer = exchange("oracle", wire.pack(message))
         if not answer.startswith("ok "):
             raise RuntimeError(f"the grader could not compute `{name.split(':')[-1]}` here: {answer[:300]}")
         return wire.unpack(base64.b64decode(answer[3:]))
 
+    def call(*args, **kwargs):
+        wrt = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.requires_grad]
+        if not wrt or not torch.is_grad_enabled():
+            return ask(args, kwargs)
+        return _AskedOutside.apply(ask, args, kwargs, wrt, *(args[i] for i in wrt))
+
     call.__name__ = call.__qualname__ = name.split(":")[-1]
     return call
+
+
+class _AskedOutside(torch.autograd.Function):
+    """A tensor result computed outside, whose gradient is computed outside too.
+
+    ``forward(ask, args, kwargs, wrt, *inputs)``: ``inputs`` are ``args[i] for i in wrt``,
+    passed again so that autograd tracks them. ``backward`` sends the arguments and the
+    gradient of the result, and receives one gradient per input in ``wrt``.
+    """
+
+    @staticmethod
+    def forward(ctx, ask, args, kwargs, wrt, *inputs):
+        ctx.ask, ctx.args, ctx.kwargs, ctx.wrt = ask, args, kwargs, wrt
+        result = ask(args, kwargs)
+        if not isinstance(result, torch.Tensor):
+            raise RuntimeError("a gradient was asked through a result that is not a tensor")
+        return result
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grads = ctx.ask(ctx.args, ctx.kwargs, {"wrt": ctx.wrt, "output": grad_output})
+        if not (isinstance(grads, list) and len(grads) == len(ctx.wrt)
+                and all(isinstance(g, torch.Tensor) and g.shape == ctx.args[i].shape for g, i in zip(grads, ctx.wrt))):
+            raise RuntimeError("the grader sent no gradient of the right shape for each input")
+        return (None, None, None, None, *grads)
 
 
 def _detach(value: Any) -> Any:

@@ -49,7 +49,7 @@ def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, st
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=500, help="keys to grade each answer for (default 500)")
-    parser.add_argument("--chapters", nargs="+", default=["01", "02", "03", "04", "05", "06"])
+    parser.add_argument("--chapters", nargs="+", default=["01", "02", "03", "04", "05", "06", "07"])
     parser.add_argument("--training", action="store_true", help="include the checks that train a model")
     options = parser.parse_args()
     if options.students < 1:

@@ -15,8 +15,9 @@ import catalogue_ch03
 import catalogue_ch04
 import catalogue_ch05
 import catalogue_ch06
+import catalogue_ch07
 
-CATALOGUES = [catalogue_ch01, catalogue_ch02, catalogue_ch03, catalogue_ch04, catalogue_ch05, catalogue_ch06]
+CATALOGUES = [catalogue_ch01, catalogue_ch02, catalogue_ch03, catalogue_ch04, catalogue_ch05, catalogue_ch06, catalogue_ch07]
 CORRECT = [(m.__name__[-4:], *entry) for m in CATALOGUES for entry in m.CORRECT]
 WRONG = [(m.__name__[-4:], *entry) for m in CATALOGUES for entry in m.WRONG]
 #: Checks that train a model (seconds each): left out of the fast run, ``pytest -m "not slow"``.

@@ -24,7 +24,9 @@ from autograder import ch01_nadaraya_watson as ch01
 from autograder import ch02_attention_scoring as ch02
 from autograder import ch03_masking as ch03
 from autograder import ch06_transformer as ch06
+from autograder import ch07_decoding as ch07
 from autograder import core, parts
+from autograder.reference import ch07_decoding as ref07
 from autograder.reference import generate
 
 CHAPTERS = generate.chapters()
@@ -154,6 +156,15 @@ def test_hidden_cases_always_hold_the_deciding_edge_cases(monkeypatch, key):
     lengths = hidden_calls_for(key, "ch03_masking", "masked_softmax")
     assert any(c.args[1] is not None and (c.args[1] == 0).any() for c in lengths), "no length-0 sequence"
     assert any(c.args[0].abs().max() >= 100 for c in lengths), "no extreme scores"
+    for table in {id(c.args[0]): c.args[0] for c in hidden_calls_for(key, "ch07_decoding", "beam_search")}.values():
+        greedy, _ = ref07.beam_search(ch07.table_log_probs(table), 0, table.shape[-1] - 1, 1, table.shape[0] + 1)
+        best, _ = ref07.beam_search(ch07.table_log_probs(table), 0, table.shape[-1] - 1, 10**4, table.shape[0] + 1)
+        assert not torch.equal(greedy, best), "a table on which greedy search finds the best sequence"
+    windows = hidden_calls_for(key, "ch07_decoding", "sliding_window_step")
+    assert any(1 < c.args[3] < c.args[0].shape[-2] for c in windows), "no window shorter than the sequence"
+    losses = hidden_calls_for(key, "ch07_decoding", "causal_lm_loss")
+    assert any(c.kwargs.get("pad_id") is not None and (c.args[1][:, 1:] == c.kwargs["pad_id"]).any()
+               for c in losses), "no padded target"
 
 
 # ---- rounding alone costs no points ----
@@ -190,7 +201,7 @@ def test_correct_attention_passes_however_it_rounds(monkeypatch, check, answer, 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("chapter", ["01", "02", "03", "04", "05", "06"])
+@pytest.mark.parametrize("chapter", ["01", "02", "03", "04", "05", "06", "07"])
 def test_correct_answers_pass_the_hidden_cases_of_many_students(chapter):
     """The fast form of ``benchmarks/fair_grading.py``: a dozen students here, thousands there."""
     keys = [f"student-{i}" for i in range(12)]

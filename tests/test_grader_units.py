@@ -643,6 +643,32 @@ def test_an_oracle_answers_only_what_this_part_may_call_on_inputs_of_its_size():
     raised = respondent._answer(_prompt("oracle", {"name": "ch01_nadaraya_watson:leave_one_out",
                                                    "args": (torch.zeros(1), torch.zeros(1)), "kwargs": {}}))
     assert raised.startswith("error ValueError")
+
+
+def test_a_loss_computed_by_the_grader_carries_its_gradient_back_into_the_kernel(monkeypatch):
+    """A training loop that calls an earlier part (assignment 7's loss) is answered outside, gradient included."""
+    from autograder import respond
+    from autograder.ch07_decoding import TRAINING
+    from autograder.reference import ch07_decoding as ref07
+
+    respondent = _respondent(TRAINING)
+    respondent._oracles, respondent._budget = set(respondent._dependencies()), 10**4
+    monkeypatch.setattr(respond, "exchange", lambda kind, payload: respondent._answer(
+        f"{PROMPT}{kind} {base64.b64encode(payload).decode()}"))
+    loss_outside = respond._oracle("ch07_decoding:causal_lm_loss", {})
+    logits = torch.randn(3, 5, 7, requires_grad=True)
+    tokens = torch.randint(0, 7, (3, 5))
+    loss = loss_outside(logits, tokens, pad_id=6)
+    (2 * loss).backward()
+    here = logits.detach().clone().requires_grad_()
+    (2 * ref07.causal_lm_loss(here, tokens, pad_id=6)).backward()
+    assert torch.allclose(loss, ref07.causal_lm_loss(here, tokens, pad_id=6))
+    assert torch.allclose(logits.grad, here.grad) and logits.grad.abs().sum() > 0
+    with torch.no_grad():  # no gradient asked: a plain value
+        assert not loss_outside(logits, tokens).requires_grad
+    malformed = respondent._answer(_prompt("oracle", {"name": "ch07_decoding:causal_lm_loss", "args": (logits.detach(), tokens),
+                                                      "kwargs": {}, "gradient": {"wrt": [1], "output": torch.ones(())}}))
+    assert malformed.startswith("error ValueError") and "floating-point" in malformed
 # --------------------------------------------------------------------------------------
 # release_source and blank_version
 # --------------------------------------------------------------------------------------

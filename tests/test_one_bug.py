@@ -14,7 +14,7 @@ import importlib
 import pytest
 
 import one_bug
-from autograder import ch06_transformer
+from autograder import ch06_transformer, ch07_decoding
 from course import ASSIGNMENTS
 
 #: (assignment, catalogued wrong answer) for every wrong answer of every assignment's catalogue
@@ -26,8 +26,10 @@ MATRIX = [(assignment, entry) for assignment in ASSIGNMENTS
 def forget_trained_models():
     """Each grading trains afresh: no model trained for another notebook is reused."""
     ch06_transformer._TRAINED.clear()
+    ch07_decoding._TRAINED.clear()
     yield
     ch06_transformer._TRAINED.clear()
+    ch07_decoding._TRAINED.clear()
 
 
 @pytest.mark.slow

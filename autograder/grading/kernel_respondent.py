@@ -130,20 +130,42 @@ class KernelRespondent(Respondent):
             call = wire.unpack(base64.b64decode(payload, validate=True), wire.Codec(helpers=helpers(self.chapter)),
                                self.limits)
             name, args, kwargs = call["name"], tuple(call["args"]), dict(call["kwargs"])
+            gradient = call.get("gradient")
         except (wire.WireError, ValueError, KeyError, TypeError) as error:
             return f"error the call could not be read ({error})"
         if name not in self._oracles:
             return f"error `{name}` is not available to this part"
-        if _elements((args, kwargs)) > self._budget:
+        if _elements((args, kwargs, gradient)) > self._budget:
             return "error its inputs are much larger than the part's own"
         chapter, _, part = name.partition(":")
         reference = reference_module(chapter).REFERENCES[part]
         try:
-            with torch.no_grad():
-                result = reference(*args, **kwargs)
+            if gradient is None:
+                with torch.no_grad():
+                    result = reference(*args, **kwargs)
+            else:
+                result = _vector_jacobian_product(reference, args, kwargs, gradient)
         except Exception as error:  # noqa: BLE001 - the reference's own error, passed on as the answer's
             return f"error {type(error).__name__}: {error}"
         return "ok " + base64.b64encode(wire.pack(result)).decode()
+
+
+def _vector_jacobian_product(reference: Any, args: tuple, kwargs: dict, gradient: Any) -> list[torch.Tensor]:
+    """The gradients of ``reference(*args, **kwargs)`` with respect to ``args[i] for i in gradient["wrt"]``,
+    given the gradient ``gradient["output"]`` of its result: a training loop's backward pass through an
+    earlier part that the grading side computes (``respond._AskedOutside``)."""
+    if not isinstance(gradient, dict) or not isinstance(gradient.get("wrt"), list):
+        raise ValueError("a malformed gradient request")
+    wrt = gradient["wrt"]
+    if not all(isinstance(i, int) and 0 <= i < len(args) and isinstance(args[i], torch.Tensor)
+               and args[i].is_floating_point() for i in wrt):
+        raise ValueError("a gradient asked for an argument that is not a floating-point tensor")
+    args = tuple(a.clone().requires_grad_() if i in wrt else a for i, a in enumerate(args))
+    with torch.enable_grad():
+        result = reference(*args, **kwargs)
+        inputs = [args[i] for i in wrt]
+        grads = torch.autograd.grad(result, inputs, gradient["output"], allow_unused=True)
+    return [torch.zeros_like(x) if g is None else g.detach() for g, x in zip(grads, inputs)]
 
 
 def _elements(value: Any) -> int:

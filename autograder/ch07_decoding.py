@@ -1,0 +1,578 @@
+"""Checks of assignment 07_decoding: generating with attention.
+
+One ``check_<part>(answer, hidden=False)`` per graded part of contract section 07, and
+``check_<part>_arguments`` for the ``ValueError``\\ s, graded apart. Each part is declared
+as data (``autograder.parts``) and judged by the course's judge (``autograder.judge``).
+This module also gives what the exercise and the book share: the reversal task, and
+:class:`TinyDecoder`, the small causal Transformer on which decoding is graded apart from
+the student's own model.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .core import Case, attention_rounding, describe_module
+from .judge import checks
+from .parts import ArgumentCheck, Call, Part, Probe
+
+CHAPTER = "ch07_decoding"
+
+# --------------------------------------------------------------------------------------
+# The reversal task
+# --------------------------------------------------------------------------------------
+
+#: The reversal task: NUM_DIGITS digits (tokens 0-9), the separator, then the digits reversed.
+NUM_DIGITS, SEPARATOR, VOCABULARY = 8, 10, 11
+#: A whole training sequence: digits, separator, reversed digits.
+SEQUENCE_LENGTH = 2 * NUM_DIGITS + 1
+#: Seconds ``train_reversal_decoder`` may take in a test cell, measured on the machine that
+#: runs the check; the contract asks for 90 s on 2 CPU cores.
+TRAINING_SECONDS = 90.0
+#: Per-token accuracy of greedy decoding that the reversal model must reach on fresh prompts.
+REQUIRED_ACCURACY = 0.95
+
+
+def make_reversal_batch(batch_size: int, generator: torch.Generator | None = None):
+    """A batch of the reversal task (book, chapter 7).
+
+    Returns:
+        ``(prompts, answers)``: prompts ``(batch_size, NUM_DIGITS + 1)`` int64, random digits
+        followed by ``SEPARATOR``; answers ``(batch_size, NUM_DIGITS)``, the digits reversed.
+    """
+    digits = torch.randint(0, 10, (batch_size, NUM_DIGITS), generator=generator)
+    separator = torch.full((batch_size, 1), SEPARATOR)
+    return torch.cat([digits, separator], dim=1), digits.flip(-1)
+
+
+@torch.no_grad()
+def decode_answers(model: nn.Module, prompts: torch.Tensor) -> torch.Tensor:
+    """The model's greedy answers to reversal prompts, recomputing the whole prefix at each step.
+
+    ``model(tokens (batch, t))`` returns logits ``(batch, t, VOCABULARY)`` or a tuple whose
+    first element they are (as :class:`TinyDecoder`'s). Returns ``(batch, NUM_DIGITS)``
+    int64: the ``NUM_DIGITS`` tokens that follow each prompt.
+    """
+    tokens = prompts
+    for _ in range(NUM_DIGITS):
+        logits = model(tokens)
+        logits = logits[0] if isinstance(logits, tuple) else logits  # (batch, t, vocab)
+        tokens = torch.cat([tokens, logits[:, -1].argmax(dim=-1, keepdim=True)], dim=1)
+    return tokens[:, prompts.shape[1]:]
+
+
+def reversal_accuracy(model: nn.Module, prompts: torch.Tensor, answers: torch.Tensor) -> float:
+    """The fraction of answer tokens that greedy decoding gets right."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    decoded = decode_answers(model, prompts.to(device))
+    model.train(was_training)
+    return (decoded == answers.to(device)).float().mean().item()
+
+
+# --------------------------------------------------------------------------------------
+# The model that decoding is graded on
+# --------------------------------------------------------------------------------------
+
+
+class TinyDecoder(nn.Module):
+    """A small decoder-only Transformer with a key–value cache (book, chapter 7).
+
+    Token and learned position embeddings, ``num_layers`` pre-norm blocks of causal
+    self-attention (``num_kv_heads`` key/value heads shared by groups of the ``num_heads``
+    query heads) and a feed-forward network, a final layer norm and a linear read-out.
+
+    ``forward(tokens (batch, t), cache=None) -> (logits (batch, t, vocab_size), cache)``:
+    ``cache`` is ``None`` or what an earlier call returned, one ``(keys, values)`` pair per
+    layer, each ``(batch, num_kv_heads, past, head_dim)``; the ``t`` new tokens sit at
+    positions ``past … past + t - 1`` and attend causally to everything before them.
+    Feeding a sequence whole or piece by piece with the cache gives the same logits.
+
+    It is given with the checks so that decoding (assignment 7) is graded on a model of the
+    course's, apart from the student's own. It calls PyTorch's fused attention, which the
+    assignment's attention parts refuse, so it answers none of them.
+    """
+
+    def __init__(self, vocab_size: int = VOCABULARY, num_hiddens: int = 64, num_heads: int = 4,
+                 num_layers: int = 2, max_len: int = 64, num_kv_heads: int | None = None):
+        super().__init__()
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+        if num_hiddens % num_heads or num_heads % num_kv_heads:
+            raise ValueError(f"num_heads must divide num_hiddens and num_kv_heads must divide num_heads, got "
+                             f"num_hiddens={num_hiddens}, num_heads={num_heads}, num_kv_heads={num_kv_heads}")
+        self.num_heads, self.num_kv_heads, self.max_len = num_heads, num_kv_heads, max_len
+        self.head_dim = num_hiddens // num_heads
+        self.tokens = nn.Embedding(vocab_size, num_hiddens)
+        self.positions = nn.Embedding(max_len, num_hiddens)
+        self.layers = nn.ModuleList(_DecoderLayer(num_hiddens, num_heads, num_kv_heads) for _ in range(num_layers))
+        self.norm = nn.LayerNorm(num_hiddens)
+        self.readout = nn.Linear(num_hiddens, vocab_size)
+
+    def forward(self, tokens: torch.Tensor, cache: list | None = None):
+        past = 0 if cache is None else cache[0][0].shape[-2]
+        if past + tokens.shape[1] > self.max_len:
+            raise ValueError(f"tokens: {past} cached + {tokens.shape[1]} new positions exceed max_len={self.max_len}")
+        where = torch.arange(past, past + tokens.shape[1], device=tokens.device)  # (t,) absolute positions
+        X = self.tokens(tokens) + self.positions(where)  # (batch, t, d) + (t, d)
+        new_cache = []
+        for index, layer in enumerate(self.layers):
+            X, layer_cache = layer(X, None if cache is None else cache[index])
+            new_cache.append(layer_cache)
+        return self.readout(self.norm(X)), new_cache
+
+
+class _DecoderLayer(nn.Module):
+    """Pre-norm causal self-attention and feed-forward, each added back: ``(batch, t, d) -> (batch, t, d)``."""
+
+    def __init__(self, num_hiddens: int, num_heads: int, num_kv_heads: int):
+        super().__init__()
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        head_dim = num_hiddens // num_heads
+        self.norm1, self.norm2 = nn.LayerNorm(num_hiddens), nn.LayerNorm(num_hiddens)
+        self.W_q = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.W_k = nn.Linear(num_hiddens, num_kv_heads * head_dim, bias=False)
+        self.W_v = nn.Linear(num_hiddens, num_kv_heads * head_dim, bias=False)
+        self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=False)
+        self.ffn = nn.Sequential(nn.Linear(num_hiddens, 2 * num_hiddens), nn.ReLU(),
+                                 nn.Linear(2 * num_hiddens, num_hiddens))
+
+    def forward(self, X: torch.Tensor, cache: tuple | None):
+        Y = self.norm1(X)
+        # (batch, t, heads·hd) -> (batch, t, heads, hd) -> (batch, heads, t, hd)
+        q = self.W_q(Y).unflatten(-1, (self.num_heads, -1)).transpose(1, 2)
+        k = self.W_k(Y).unflatten(-1, (self.num_kv_heads, -1)).transpose(1, 2)
+        v = self.W_v(Y).unflatten(-1, (self.num_kv_heads, -1)).transpose(1, 2)
+        if cache is not None:  # the earlier positions' keys and values, then the new ones
+            k, v = torch.cat([cache[0], k], dim=-2), torch.cat([cache[1], v], dim=-2)
+        past, t = k.shape[-2] - q.shape[-2], q.shape[-2]
+        # query i sits at position past + i and may attend to keys 0 … past + i: (t, past + t)
+        causal = torch.arange(past + t, device=X.device) <= torch.arange(past, past + t, device=X.device)[:, None]
+        group = self.num_heads // self.num_kv_heads
+        # (batch, kv_heads, T, hd) -> (batch, heads, T, hd): query head g reads key/value head g // group
+        heads = F.scaled_dot_product_attention(q, k.repeat_interleave(group, dim=1),
+                                               v.repeat_interleave(group, dim=1), attn_mask=causal)
+        X = X + self.W_o(heads.transpose(1, 2).flatten(2))  # (batch, heads, t, hd) -> (batch, t, heads·hd)
+        return X + self.ffn(self.norm2(X)), (k, v)
+
+
+# --------------------------------------------------------------------------------------
+# Teacher forcing: the loss
+# --------------------------------------------------------------------------------------
+
+LOSS = Part("causal_lm_loss", CHAPTER, arguments=("logits", "tokens"), outputs=("the loss",), atol=1e-5)
+
+
+@checks(LOSS)
+def check_causal_lm_loss(fn, hidden: bool = False) -> None:
+    """Check the next-token loss against the reference: the shift, padding left out, the mean."""
+
+
+# --------------------------------------------------------------------------------------
+# Attention one position at a time: the whole cache, and a sliding window of it
+# --------------------------------------------------------------------------------------
+
+
+def _position_by_position(step):
+    """``(queries (..., n, d), keys (..., n, d), values (..., n, v), *window) -> (outputs, keys, values)``.
+
+    Feeds the sequence to ``step`` one position at a time, starting from no cache: the
+    outputs ``(..., n, v)`` of every step, then the cache the last step returned.
+    """
+
+    def run(queries, keys, values, *window):
+        cache, outputs = None, []
+        for t in range(queries.shape[-2]):
+            position = slice(t, t + 1)  # (..., 1, ·): one position, its axis kept
+            output, cache = step(queries[..., position, :], keys[..., position, :], values[..., position, :],
+                                 cache, *window)
+            outputs.append(output)
+        cached_keys, cached_values = cache
+        return torch.cat(outputs, dim=-2), cached_keys, cached_values
+
+    return run
+
+
+STEP = Part("cached_attention_step", CHAPTER, arguments=("query", "key", "value"),
+            outputs=("the outputs of every step", "the cached keys", "the cached values"),
+            adapt=_position_by_position, atol=1e-5, rounding=lambda q, k, v, *w: attention_rounding(q, k, v),
+            forbid_library=True)
+
+
+@checks(STEP)
+def check_cached_attention_step(fn, hidden: bool = False) -> None:
+    """Feed sequences one position at a time, from no cache: every step's output equals causal
+    attention over the whole sequence, and the cache ends holding every key and value."""
+
+
+WINDOW = Part("sliding_window_step", CHAPTER, arguments=("query", "key", "value"),
+              outputs=("the outputs of every step", "the cached keys", "the cached values"),
+              adapt=_position_by_position, atol=1e-5, rounding=lambda q, k, v, *w: attention_rounding(q, k, v),
+              forbid_library=True)
+
+
+@checks(WINDOW)
+def check_sliding_window_step(fn, hidden: bool = False) -> None:
+    """Feed sequences one position at a time: every output equals causal attention over the
+    last ``window`` positions, and the cache ends holding exactly those."""
+
+
+def _bad_windows() -> list[tuple[str, tuple, dict]]:
+    q, k, v = torch.randn(1, 4), torch.randn(1, 4), torch.randn(1, 2)
+    return [("window", (q, k, v, None), {"window": 0}), ("window", (q, k, v, None), {"window": -3})]
+
+
+@checks(ArgumentCheck("sliding_window_step", CHAPTER, _bad_windows))
+def check_sliding_window_step_arguments(fn, hidden: bool = False) -> None:
+    """A window below 1 raises ``ValueError``."""
+
+
+# --------------------------------------------------------------------------------------
+# Greedy decoding, on the checks' TinyDecoder
+# --------------------------------------------------------------------------------------
+
+
+def _tiny_decoder(config: dict, state: dict, device: torch.device) -> TinyDecoder:
+    model = TinyDecoder(**config).to(device)
+    model.load_state_dict(state)
+    return model.eval()
+
+
+def _on_tiny_decoder(decode):
+    """``(config, state, prompt, max_new_tokens, **options) -> decode(TinyDecoder(**config) with state, ...)``."""
+
+    def run(config, state, prompt, max_new_tokens, **options):
+        return decode(_tiny_decoder(config, state, prompt.device), prompt, max_new_tokens, **options)
+
+    return run
+
+
+class _CountingDecoder(TinyDecoder):
+    """A TinyDecoder that records, for each call, how many tokens it was fed and whether with a cache."""
+
+    def forward(self, tokens, cache=None):
+        self.fed.append((tokens.shape[1], cache is not None))
+        return super().forward(tokens, cache)
+
+
+def _calls_made(decode):
+    """``(config, state, prompt, max_new_tokens, use_cache) -> [(tokens fed, with a cache), ...]`` of one decoding."""
+
+    def run(config, state, prompt, max_new_tokens, use_cache):
+        model = _CountingDecoder(**config)
+        model.load_state_dict(state)
+        model.eval().fed = []
+        decode(model, prompt, max_new_tokens, use_cache=use_cache)
+        return [list(call) for call in model.fed]
+
+    return run
+
+
+def _expect_one_token_per_step(case: Case, args, kwargs, fed) -> None:
+    """With the cache: the prompt once, then one token per step with the cache; without: the whole prefix each step."""
+    prompt, max_new_tokens, use_cache = args[2], args[3], args[4]
+    p = prompt.shape[1]
+    if use_cache:
+        wanted = [[p, False]] + [[1, True]] * (max_new_tokens - 1)
+        how = "the prompt once (no cache), then each new token alone with the cache"
+    else:
+        wanted = [[p + step, False] for step in range(max_new_tokens)]
+        how = "the whole prefix at every step, without a cache"
+    case.check(fed == wanted, f"with use_cache={use_cache}, the model should be called {max_new_tokens} times with "
+                              f"{how}; it was called with (tokens fed, cache given) = {[tuple(c) for c in fed]}")
+
+
+def _counting_calls() -> list[Call]:
+    g = torch.Generator().manual_seed(5)
+    config = {"vocab_size": 7, "num_hiddens": 8, "num_heads": 2, "num_layers": 1, "max_len": 16}
+    with torch.random.fork_rng():
+        torch.manual_seed(5)
+        state = TinyDecoder(**config).state_dict()
+    prompt = torch.randint(0, 7, (2, 3), generator=g)
+    return [Call(f"a TinyDecoder, prompt (2, 3), max_new_tokens=4, use_cache={use}",
+                 (config, state, prompt, 4, use)) for use in (True, False)]
+
+
+def _same_tokens(case: Case, result, expected) -> None:
+    case.expect_tensor("the tokens", result, shape=expected.shape, dtype=torch.int64, device=expected.device)
+    wrong = (result != expected).nonzero()
+    if len(wrong):
+        place = tuple(wrong[0].tolist())
+        problem = f"the tokens differ from greedy decoding's, first at (sequence, position) {place}"
+        if not case.hidden:
+            problem += f"\n    expected: {expected.tolist()}\n    got:      {result.tolist()}"
+        case.fail(problem)
+
+
+GREEDY = Part("greedy_decode", CHAPTER, arguments=("the model's configuration", "the model's weights", "prompt"),
+              adapt=_on_tiny_decoder, compare=_same_tokens,
+              probes=(Probe("calls of the model", _counting_calls, _calls_made, _expect_one_token_per_step,
+                            inside=True),), meta=False)
+
+
+@checks(GREEDY)
+def check_greedy_decode(fn, hidden: bool = False) -> None:
+    """Decode with random TinyDecoders, with and without the cache and an end token: the
+    tokens equal greedy decoding's, and the cache is used one token per step."""
+
+
+# --------------------------------------------------------------------------------------
+# Beam search, on a table of next-token log-probabilities
+# --------------------------------------------------------------------------------------
+
+
+def table_log_probs(table: torch.Tensor):
+    """``log_prob_fn`` of a table ``(max_len - 1, vocab, vocab)``: the log-probabilities of the
+    next token given the prefix's length and last token, ``(b, t) -> (b, vocab)``."""
+
+    def log_prob_fn(prefixes: torch.Tensor) -> torch.Tensor:
+        return table[prefixes.shape[1] - 1][prefixes[:, -1]]  # (b,) rows of the step's (vocab, vocab) table
+
+    return log_prob_fn
+
+
+def _on_table(search):
+    """``(table, bos_id, eos_id, beam_size, max_len) -> search(table's log_prob_fn, ...)``."""
+    return lambda table, *args: search(table_log_probs(table), *args)
+
+
+def _same_hypothesis(case: Case, result, expected) -> None:
+    """The same tokens, and the same score within rounding."""
+    case.check(isinstance(result, tuple) and len(result) == 2, f"should return a tuple (tokens, score), got "
+                                                               f"{type(result).__name__}")
+    tokens, score = result
+    want_tokens, want_score = expected
+    case.check(type(tokens) is torch.Tensor and tokens.dim() == 1 and tokens.dtype == torch.int64,
+               f"tokens should be a 1-D int64 tensor, got {tokens!r}"[:300])
+    if not torch.equal(tokens, want_tokens):
+        problem = "not the best hypothesis the beam keeps"
+        if not case.hidden:
+            problem += (f"\n    expected: {want_tokens.tolist()} (score {want_score:.4f})"
+                        f"\n    got:      {tokens.tolist()}")
+        case.fail(problem)
+    wanted = "" if case.hidden else f", {want_score:.6f}"
+    case.check(isinstance(score, (int, float)) and abs(score - want_score) <= 1e-6 * (1 + abs(want_score)),
+               f"the score should be the hypothesis' summed log-probability{wanted}, got {score!r}")
+
+
+BEAM = Part("beam_search", CHAPTER, arguments=("the log-probabilities log_prob_fn returns",), adapt=_on_table,
+            compare=_same_hypothesis, on_devices=False, meta=False)
+
+
+@checks(BEAM)
+def check_beam_search(fn, hidden: bool = False) -> None:
+    """Search tables of next-token probabilities with beams of size 1 (greedy), 2, 3 and one
+    large enough to be exact, and compare the hypothesis and its score."""
+
+
+# --------------------------------------------------------------------------------------
+# Sampling with temperature and top-k
+# --------------------------------------------------------------------------------------
+
+
+def _sampled(sample):
+    """``(logits (rows, vocab), temperature, top_k, seed, draws) -> tokens (draws, rows)``: one
+    call on ``draws`` copies of the logits, with a generator seeded with ``seed``."""
+
+    def run(logits, temperature, top_k, seed, draws):
+        generator = torch.Generator(device=logits.device).manual_seed(seed)
+        # (rows, vocab) -> (draws, rows, vocab): the same distributions, draws times
+        return sample(logits.expand(draws, *logits.shape), temperature, top_k, generator)
+
+    return run
+
+
+def _expected_distribution(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    """``softmax(logits / temperature)`` over the ``top_k`` largest logits: ``(rows, vocab)``."""
+    scaled = logits.double() / temperature
+    if top_k is not None:
+        kth = scaled.topk(top_k, dim=-1).values[..., -1:]  # (rows, 1)
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    return torch.softmax(scaled, dim=-1)
+
+
+def _expect_distribution(case: Case, args, kwargs, tokens) -> None:
+    """The argmax at temperature 0; otherwise nothing outside the top k, and frequencies within 6
+    standard errors (plus two draws) of the probabilities: a correct sampler fails one comparison in about
+    500 million, a wrong temperature or a missing top-k fails at once."""
+    logits, temperature, top_k, _, draws = args
+    case.expect_tensor("the tokens", tokens, shape=(draws, logits.shape[0]), dtype=torch.int64, device="cpu")
+    if temperature == 0:
+        case.check(bool((tokens == logits.argmax(dim=-1)).all()), "at temperature 0 every token should be the argmax")
+        return
+    case.check(bool(((tokens >= 0) & (tokens < logits.shape[-1])).all()), "a token id outside the vocabulary")
+    p = _expected_distribution(logits, temperature, top_k)  # (rows, vocab)
+    frequencies = F.one_hot(tokens, logits.shape[-1]).double().mean(dim=0)  # (draws, rows, vocab) -> (rows, vocab)
+    outside = (frequencies > 0) & (p == 0)
+    case.check(not outside.any(), f"draws a token outside the top_k={top_k} largest logits")
+    allowed = 6 * (p * (1 - p) / draws).sqrt() + 2 / draws
+    error = (frequencies - p).abs()
+    row, token = (int(i) for i in torch.unravel_index((error - allowed).argmax(), error.shape))
+    case.check(bool((error <= allowed).all()),
+               f"token {token} of row {row} is drawn {frequencies[row, token]:.3f} of the time; softmax(logits / "
+               f"temperature) over the top_k gives it {p[row, token]:.3f} (temperature={temperature}, top_k={top_k})")
+
+
+def _seeds_used(sample):
+    """``(logits, seeds) -> [tokens drawn with a generator seeded with s] for s in seeds``."""
+    return lambda logits, seeds: [_sampled(sample)(logits, 1.0, None, s, 50) for s in seeds]
+
+
+def _expect_generator_used(case: Case, args, kwargs, drawn) -> None:
+    first, again, other = drawn
+    case.check(torch.equal(first, again), "the same generator seed gives different tokens: draw with `generator`")
+    case.check(not torch.equal(first, other), "different generator seeds give the same tokens: draw with `generator`")
+
+
+def _no_reference(case: Case, result, expected) -> None:
+    """Samples are judged as a distribution (``_expect_distribution``), not token by token."""
+
+
+SAMPLE = Part("sample_next", CHAPTER, arguments=("logits",), adapt=_sampled, compare=_no_reference,
+              extra=_expect_distribution, compare_with_reference=False, on_devices=False, meta=False,
+              probes=(Probe("generator", lambda: [Call("logits (2, 5) repeated 50 times, so logits (50, 2, 5), "
+                                                       "generator seeds 3, 3 and 4",
+                                                       (torch.tensor([[0.0, 1, 2, 0, 1], [2.0, 0, 0, 1, 0]]),
+                                                        (3, 3, 4)))], _seeds_used, _expect_generator_used),))
+
+
+@checks(SAMPLE)
+def check_sample_next(fn, hidden: bool = False) -> None:
+    """Draw thousands of tokens with a seeded generator: argmax at temperature 0, frequencies that
+    match softmax(logits / temperature) over the top k, and the generator used."""
+
+
+def _bad_sampling() -> list[tuple[str, tuple, dict]]:
+    logits = torch.randn(2, 5)
+    return [("temperature", (logits,), {"temperature": -1.0}), ("top_k", (logits,), {"top_k": 0})]
+
+
+@checks(ArgumentCheck("sample_next", CHAPTER, _bad_sampling))
+def check_sample_next_arguments(fn, hidden: bool = False) -> None:
+    """A negative temperature or a ``top_k`` below 1 raises ``ValueError``."""
+
+
+# --------------------------------------------------------------------------------------
+# Grouped-query attention
+# --------------------------------------------------------------------------------------
+
+
+def _gqa_run(cls):
+    """``(queries, keys, values, mask, num_heads, num_kv_heads, bias, state) -> output`` of the
+    module built for the case, with the case's weights loaded by name."""
+
+    def forward(queries, keys, values, mask, num_heads, num_kv_heads, bias, state):
+        module = cls(queries.shape[-1], num_heads, num_kv_heads, bias=bias).to(queries.device)
+        module.load_state_dict(state)
+        return module(queries, keys, values, mask)
+
+    return forward
+
+
+def _gqa_layers(cls):
+    return lambda: describe_module(cls(16, 8, 2))
+
+
+def _expect_narrow_keys(case: Case, args, kwargs, seen) -> None:
+    """``W_k`` and ``W_v`` map to ``num_kv_heads · head_dim`` features only."""
+    layers = seen["layers"]
+    for name, width in (("W_q", 16), ("W_k", 4), ("W_v", 4), ("W_o", 16)):
+        layer = layers.get(name)
+        case.check(layer is not None and layer["type"] == "Linear", f"should have a layer `{name}` (nn.Linear)")
+        case.check(layer.get("out") == width, f"`{name}` of GroupedQueryAttention(16, 8, 2) should have "
+                                                        f"{width} output features, has {layer.get('out')}")
+
+
+GQA = Part("GroupedQueryAttention", CHAPTER, arguments=("queries", "keys", "values"), adapt=_gqa_run, atol=1e-4,
+           forbid_library=True,
+           probes=(Probe("layers", lambda: [Call("GroupedQueryAttention(16, num_heads=8, num_kv_heads=2)")],
+                         _gqa_layers, _expect_narrow_keys),))
+
+
+@checks(GQA)
+def check_grouped_query_attention(cls, hidden: bool = False) -> None:
+    """Check against the reference with the same weights: 1 (multi-query), several and as many
+    key/value heads as query heads, masks with empty rows, bias."""
+
+
+@checks(ArgumentCheck("GroupedQueryAttention", CHAPTER, lambda: [("num_kv_heads", (16, 8), {"num_kv_heads": 3}),
+                                                                  ("num_kv_heads", (16, 4), {"num_kv_heads": 0})]))
+def check_grouped_query_attention_arguments(cls, hidden: bool = False) -> None:
+    """``num_kv_heads`` that does not divide ``num_heads`` raises ``ValueError``."""
+
+
+# --------------------------------------------------------------------------------------
+# The cache's size
+# --------------------------------------------------------------------------------------
+
+
+def _same_number(case: Case, result, expected) -> None:
+    case.check(isinstance(result, int) and not isinstance(result, bool), f"should return an int, got "
+                                                                        f"{type(result).__name__}")
+    case.check(result == expected, f"{result} bytes" + ("" if case.hidden else f", expected {expected}"))
+
+
+CACHE_BYTES = Part("kv_cache_bytes", CHAPTER, compare=_same_number, on_devices=False, meta=False)
+
+
+@checks(CACHE_BYTES)
+def check_kv_cache_bytes(fn, hidden: bool = False) -> None:
+    """Check the count of bytes for layers, key/value heads, head widths, lengths, batches and number formats."""
+
+
+# --------------------------------------------------------------------------------------
+# The reversal decoder
+# --------------------------------------------------------------------------------------
+
+_TRAINED: dict = {}  # (answer, seed) -> what it returned: one training per process
+
+
+def _answers_of(train):
+    """``(seed, prompts) -> (reported accuracy, the model's greedy answers to prompts)``, training once per seed.
+
+    The first call trains (the judge times it from outside); the prompts are drawn by the
+    judge, which computes the accuracy itself from the answers.
+    """
+
+    def answer(seed, prompts):
+        key = (train, seed)
+        if key not in _TRAINED:
+            _TRAINED[key] = train(seed=seed)
+        result = _TRAINED[key]
+        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
+            return result, None
+        model, reported = result
+        model.eval()
+        device = next(model.parameters()).device
+        return reported, decode_answers(model, prompts.to(device)).cpu()
+
+    return answer
+
+
+def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
+    """Trained within the time limit (measured by the judge), and right on the judge's fresh prompts."""
+    prompts = args[1]
+    reported, answers = result
+    case.check(answers is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
+    case.check(case.seconds <= TRAINING_SECONDS, f"training took {case.seconds:.0f} s; it must finish within "
+                                                 f"{TRAINING_SECONDS:.0f} s here")
+    case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
+                                                                      f"got {reported!r}")
+    case.expect_tensor("the answers", answers, shape=(prompts.shape[0], NUM_DIGITS), dtype=torch.int64, device="cpu")
+    measured = (answers == prompts[:, :NUM_DIGITS].flip(-1)).float().mean().item()
+    case.check(measured >= REQUIRED_ACCURACY, f"greedy decoding reverses {measured:.1%} of the digits of fresh "
+                                              f"prompts correctly; it needs {REQUIRED_ACCURACY:.0%}")
+
+
+TRAINING = Part("train_reversal_decoder", CHAPTER, adapt=_answers_of, extra=_expect_accurate_in_time,
+                on_devices=False, meta=False, compare_with_reference=False, depends_on={"causal_lm_loss": LOSS})
+
+
+@checks(TRAINING)
+def check_train_reversal_decoder(fn, hidden: bool = False) -> None:
+    """Train once (``seed=0``) within the time limit; decode prompts drawn at check time greedily."""
+
+
+PARTS = {part.name: part for part in (LOSS, STEP, WINDOW, GREEDY, BEAM, SAMPLE, GQA, CACHE_BYTES, TRAINING)}

@@ -1,0 +1,310 @@
+"""Answers to assignment 07, right and wrong, for the checks' tests (tests/test_catalogues.py)."""
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from autograder import ch07_decoding as ch07
+from autograder.reference import ch07_decoding as ref07
+
+# ---- correct answers, written differently from the reference ----
+
+
+def loss(logits, tokens, pad_id=None, shift=1, ignore_padding=True):
+    """Next-token cross-entropy by hand; the mistakes below are switched on by the arguments."""
+    log_probs = logits[:, : logits.size(1) - shift].log_softmax(-1)  # (batch, n - shift, vocab)
+    targets = tokens[:, shift:] if shift else tokens
+    picked = -log_probs.gather(-1, targets[..., None]).squeeze(-1)  # (batch, n - shift)
+    keep = torch.ones_like(picked, dtype=torch.bool) if pad_id is None or not ignore_padding else targets != pad_id
+    return picked[keep].mean() if ignore_padding else (picked * keep).sum() / keep.numel()
+
+
+def attend(q, K, V):
+    w = torch.softmax(torch.einsum("...qd,...kd->...qk", q, K) / math.sqrt(q.size(-1)), dim=-1)
+    return torch.einsum("...qk,...kv->...qv", w, V)
+
+
+def step(query, key, value, cache=None, forget_newest=False):
+    K = key if cache is None else torch.cat((cache[0], key), -2)
+    V = value if cache is None else torch.cat((cache[1], value), -2)
+    if forget_newest and cache is not None:
+        return attend(query, cache[0], cache[1]), (K, V)  # the new key is cached but not attended to
+    return attend(query, K, V), (K, V)
+
+
+def window_step(query, key, value, cache, window, keep=0):
+    if window < 1:
+        raise ValueError(f"window must be at least 1, got {window}")
+    K = key if cache is None else torch.cat((cache[0], key), -2)
+    V = value if cache is None else torch.cat((cache[1], value), -2)
+    size = window + keep
+    K, V = K[..., max(K.size(-2) - size, 0):, :], V[..., max(V.size(-2) - size, 0):, :]
+    return attend(query, K, V), (K, V)
+
+
+@torch.no_grad()
+def greedy(model, prompt, max_new_tokens, use_cache=True, eos_id=None, sticky_eos=True, cache_prompt_once=True):
+    out = prompt.clone()
+    done = torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device)
+    cache = None
+    for i in range(max_new_tokens):
+        if use_cache and cache is not None:
+            logits, cache = model(out[:, -1:], cache)
+        elif use_cache and cache_prompt_once:
+            logits, cache = model(out, None)
+        else:
+            logits, _ = model(out)
+        nxt = logits[:, -1, :].argmax(-1)
+        if eos_id is not None and sticky_eos:
+            nxt[done] = eos_id
+            done |= nxt == eos_id
+        out = torch.cat((out, nxt.unsqueeze(1)), 1)
+    return out
+
+
+def beam(log_prob_fn, bos_id, eos_id, beam_size, max_len, keep_finished=True):
+    hyps = [((bos_id,), 0.0)]
+    finished_apart = []
+    while True:
+        live = [h for h in hyps if h[0][-1] != eos_id and len(h[0]) < max_len]
+        if not live:
+            break
+        lp = log_prob_fn(torch.tensor([h[0] for h in live]))
+        grown = [(h[0] + (v,), h[1] + float(lp[i, v])) for i, h in enumerate(live) for v in range(lp.size(-1))]
+        done = [h for h in hyps if h not in live] if keep_finished else []
+        if not keep_finished:
+            finished_apart += [h for h in hyps if h not in live]
+        hyps = sorted(done + grown, key=lambda h: h[1], reverse=True)[:beam_size]
+    best = max(hyps, key=lambda h: h[1])
+    return torch.tensor(best[0]), best[1]
+
+
+def sample(logits, temperature=1.0, top_k=None, generator=None, use_top_k=True, divide=True, draw=True):
+    if temperature < 0:
+        raise ValueError("temperature must not be negative")
+    if top_k is not None and top_k < 1:
+        raise ValueError("top_k must be at least 1")
+    if temperature == 0:
+        return logits.argmax(-1)
+    z = logits / temperature if divide else logits * temperature
+    if top_k is not None and use_top_k:
+        threshold = torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[..., -1:]
+        z = torch.where(z >= threshold, z, torch.full_like(z, -math.inf))
+    p = z.softmax(-1)
+    if not draw:
+        return p
+    flat = p.reshape(-1, p.size(-1))
+    return torch.multinomial(flat, 1, generator=generator).view(p.shape[:-1])
+
+
+def sample_by_inverse_cdf(logits, temperature=1.0, top_k=None, generator=None):
+    """Correct, with other draws than torch.multinomial's: a uniform number against the cumulative sum."""
+    if temperature < 0 or (top_k is not None and top_k < 1):
+        raise ValueError(f"temperature {temperature} must be >= 0 and top_k {top_k} >= 1")
+    if temperature == 0:
+        return logits.argmax(-1)
+    p = sample(logits, temperature, top_k, generator=None, draw=False)  # (..., vocab)
+    cumulative = p.cumsum(-1)  # (..., vocab); a token of probability 0 adds an empty interval
+    u = torch.rand(p.shape[:-1] + (1,), generator=generator, device=p.device, dtype=p.dtype) * cumulative[..., -1:]
+    return (cumulative <= u).sum(-1).clamp(max=p.size(-1) - 1)  # token j when c[j-1] <= u < c[j]
+
+
+class GQA(nn.Module):
+    def __init__(self, num_hiddens, num_heads, num_kv_heads, bias=False, interleave=True):
+        super().__init__()
+        if num_kv_heads < 1 or num_heads % num_kv_heads:
+            raise ValueError("num_kv_heads must divide num_heads")
+        self.h, self.kv, self.interleave = num_heads, num_kv_heads, interleave
+        d = num_hiddens // num_heads
+        self.W_q, self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias), nn.Linear(num_hiddens, num_hiddens, bias=bias)
+        self.W_k, self.W_v = nn.Linear(num_hiddens, num_kv_heads * d, bias=bias), nn.Linear(num_hiddens, num_kv_heads * d, bias=bias)
+
+    def forward(self, queries, keys, values, mask=None):
+        b, nq, _ = queries.shape
+        q = self.W_q(queries).view(b, nq, self.h, -1).permute(0, 2, 1, 3)  # (b, h, q, d)
+        k = self.W_k(keys).view(b, keys.size(1), self.kv, -1).permute(0, 2, 1, 3)  # (b, kv, k, d)
+        v = self.W_v(values).view(b, values.size(1), self.kv, -1).permute(0, 2, 1, 3)
+        g = self.h // self.kv
+        # (b, kv, k, d) -> (b, h, k, d): query head j reads kv head j // g (or, wrongly, j % kv)
+        index = torch.arange(self.h, device=q.device) // g if self.interleave else torch.arange(self.h, device=q.device) % self.kv
+        k, v = k[:, index], v[:, index]
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
+        if mask is not None:
+            s = s.masked_fill(~mask, -math.inf)
+        w = torch.nan_to_num(s.softmax(-1), nan=0.0)
+        return self.W_o((w @ v).transpose(1, 2).reshape(b, nq, -1))
+
+
+def cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
+    return num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value * 2
+
+
+def train(seed=0):
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+    model = ch07.TinyDecoder(num_hiddens=48, num_heads=4, num_layers=2, max_len=ch07.SEQUENCE_LENGTH)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    for _ in range(180):
+        prompts, answers = ch07.make_reversal_batch(128, generator)
+        tokens = torch.cat([prompts, answers], 1)
+        logits, _ = model(tokens)
+        objective = ref07.causal_lm_loss(logits, tokens)  # the whole sequence, digits included
+        optimizer.zero_grad()
+        objective.backward()
+        optimizer.step()
+    model.eval()
+    return model, ch07.reversal_accuracy(model, *ch07.make_reversal_batch(500, generator))
+
+
+TRAINING_CHECKS = [ch07.check_train_reversal_decoder]  # they train a model: slow
+
+CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
+    (ch07.check_causal_lm_loss, loss, ref07.causal_lm_loss),
+    (ch07.check_cached_attention_step, step, ref07.cached_attention_step),
+    (ch07.check_sliding_window_step, window_step, ref07.sliding_window_step),
+    (ch07.check_sliding_window_step_arguments, window_step, ref07.sliding_window_step),
+    (ch07.check_greedy_decode, greedy, ref07.greedy_decode),
+    (ch07.check_beam_search, beam, ref07.beam_search),
+    (ch07.check_sample_next, sample, ref07.sample_next),
+    (ch07.check_sample_next, sample_by_inverse_cdf, ref07.sample_next),
+    (ch07.check_sample_next_arguments, sample, ref07.sample_next),
+    (ch07.check_grouped_query_attention, GQA, ref07.GroupedQueryAttention),
+    (ch07.check_grouped_query_attention_arguments, GQA, ref07.GroupedQueryAttention),
+    (ch07.check_kv_cache_bytes, cache_bytes, ref07.kv_cache_bytes),
+    (ch07.check_train_reversal_decoder, train, ref07.train_reversal_decoder),
+]
+
+# ---- wrong answers ----
+
+
+def _shift_the_wrong_way(logits, tokens, pad_id=None):
+    return F.cross_entropy(logits[:, 1:].flatten(0, 1), tokens[:, :-1].flatten())  # position t "predicts" t - 1
+
+
+def _no_shift(logits, tokens, pad_id=None):
+    return loss(logits, tokens, pad_id, shift=0)  # each position predicts its own token
+
+
+def _padding_counted(logits, tokens, pad_id=None):
+    return loss(logits, tokens, pad_id, ignore_padding=False)  # padding zeroed but still in the mean's count
+
+
+def _forgets_newest_key(query, key, value, cache=None):
+    return step(query, key, value, cache, forget_newest=True)
+
+
+def _cache_not_grown(query, key, value, cache=None):
+    output, _ = step(query, key, value, cache)
+    return output, (key, value)  # only the newest position is kept
+
+
+def _window_one_too_wide(query, key, value, cache, window):
+    return window_step(query, key, value, cache, window, keep=1)
+
+
+def _window_one_too_narrow(query, key, value, cache, window):
+    return window_step(query, key, value, cache, window, keep=-1) if window > 1 else window_step(
+        query, key, value, cache, window)
+
+
+def _greedy_eos_not_sticky(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
+    return greedy(model, prompt, max_new_tokens, use_cache, eos_id, sticky_eos=False)
+
+
+def _cache_ignored(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
+    return greedy(model, prompt, max_new_tokens, False, eos_id)  # right tokens, the whole prefix every step
+
+
+def _cache_from_the_first_token(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
+    return greedy(model, prompt[:, -1:], max_new_tokens, use_cache, eos_id)  # the prompt's start never seen
+
+
+def _drops_finished(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    return beam(log_prob_fn, bos_id, eos_id, beam_size, max_len, keep_finished=False)
+
+
+def _finished_pooled_outside_the_beam(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    """A common variant: finished hypotheses leave the beam for a pool, and the beam keeps
+    ``beam_size`` unfinished ones (the contract's beam keeps the best of both)."""
+    live, pool = [((bos_id,), 0.0)], []
+    while live:
+        lp = log_prob_fn(torch.tensor([h for h, _ in live]))
+        grown = sorted(((h + (v,), s + float(lp[i, v])) for i, (h, s) in enumerate(live) for v in range(lp.size(-1))),
+                       key=lambda c: c[1], reverse=True)
+        pool += [c for c in grown if c[0][-1] == eos_id or len(c[0]) >= max_len]
+        live = [c for c in grown if c[0][-1] != eos_id and len(c[0]) < max_len][:beam_size]
+    best = max(pool, key=lambda c: c[1])
+    return torch.tensor(best[0]), best[1]
+
+
+def _greedy_instead_of_beam(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    return beam(log_prob_fn, bos_id, eos_id, 1, max_len)
+
+
+def _mean_score(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    tokens, score = beam(log_prob_fn, bos_id, eos_id, beam_size, max_len)
+    return tokens, score / (len(tokens) - 1)  # a length-normalised score, not the contract's sum
+
+
+def _ignores_top_k(logits, temperature=1.0, top_k=None, generator=None):
+    return sample(logits, temperature, top_k, generator, use_top_k=False)
+
+
+def _temperature_multiplies(logits, temperature=1.0, top_k=None, generator=None):
+    return sample(logits, temperature, top_k, generator, divide=False)
+
+
+def _global_generator(logits, temperature=1.0, top_k=None, generator=None):
+    return sample(logits, temperature, top_k, None)  # the generator argument unused
+
+
+class _GroupsInTheWrongOrder(GQA):
+    def __init__(self, num_hiddens, num_heads, num_kv_heads, bias=False):
+        super().__init__(num_hiddens, num_heads, num_kv_heads, bias, interleave=False)
+
+
+class _WideKeys(GQA):
+    def __init__(self, num_hiddens, num_heads, num_kv_heads, bias=False):
+        super().__init__(num_hiddens, num_heads, num_kv_heads, bias)
+        self.W_k, self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=bias), nn.Linear(num_hiddens, num_hiddens, bias=bias)
+
+
+def _keys_only(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
+    return num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value
+
+
+def _batch_forgotten(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
+    return 2 * num_layers * num_kv_heads * head_dim * seq_len * bytes_per_value
+
+
+def _untrained(seed=0):
+    torch.manual_seed(seed)
+    return ch07.TinyDecoder(num_hiddens=8, num_heads=2, num_layers=1, max_len=ch07.SEQUENCE_LENGTH).eval(), 0.99
+
+
+WRONG = [  # (name, check, answer, only the hidden cases catch it)
+    ("loss shifted the wrong way", ch07.check_causal_lm_loss, _shift_the_wrong_way, False),
+    ("loss not shifted", ch07.check_causal_lm_loss, _no_shift, False),
+    ("padding counted in the mean", ch07.check_causal_lm_loss, _padding_counted, False),
+    ("cache that forgets the newest key", ch07.check_cached_attention_step, _forgets_newest_key, False),
+    ("cache not grown", ch07.check_cached_attention_step, _cache_not_grown, False),
+    ("window one position too wide", ch07.check_sliding_window_step, _window_one_too_wide, False),
+    ("window one position too narrow", ch07.check_sliding_window_step, _window_one_too_narrow, False),
+    ("end token not repeated", ch07.check_greedy_decode, _greedy_eos_not_sticky, False),
+    ("cache never used", ch07.check_greedy_decode, _cache_ignored, False),
+    ("prompt not fed whole", ch07.check_greedy_decode, _cache_from_the_first_token, False),
+    ("beam drops finished hypotheses", ch07.check_beam_search, _drops_finished, False),
+    ("greedy whatever the beam size", ch07.check_beam_search, _greedy_instead_of_beam, False),
+    ("finished hypotheses pooled outside the beam", ch07.check_beam_search, _finished_pooled_outside_the_beam, False),
+    ("length-normalised score", ch07.check_beam_search, _mean_score, False),
+    ("sampling ignores top-k", ch07.check_sample_next, _ignores_top_k, False),
+    ("temperature multiplies the logits", ch07.check_sample_next, _temperature_multiplies, False),
+    ("generator unused", ch07.check_sample_next, _global_generator, False),
+    ("groups mapped in the wrong order", ch07.check_grouped_query_attention, _GroupsInTheWrongOrder, False),
+    ("keys and values as wide as the queries", ch07.check_grouped_query_attention, _WideKeys, False),
+    ("cache bytes of the keys only", ch07.check_kv_cache_bytes, _keys_only, False),
+    ("cache bytes without the batch", ch07.check_kv_cache_bytes, _batch_forgotten, False),
+    ("an untrained model", ch07.check_train_reversal_decoder, _untrained, False),
+]
