@@ -449,6 +449,17 @@ LANDING_TOPICS = {
         ("exact attention computed in chunks with an online softmax", [heading(r"^The online softmax"), prose_says(r"\bchunk")]),
         ("the idea of flashattention", [prose_says(r"FlashAttention")]),
     ],
+    "07_decoding": [
+        ("a decoder-only transformer trained by teacher forcing", [heading(r"^A decoder-only Transformer"),
+                                                                  heading(r"^Teacher forcing")]),
+        ("greedy decoding", [heading(r"^Greedy decoding")]),
+        ("sampling", [heading(r"^Sampling with a temperature")]),
+        ("beam search", [heading(r"^Beam search")]),
+        ("the key-value cache", [heading(r"^The key.value cache")]),
+        ("multi-query", [heading(r"^Multi-query and grouped-query attention")]),
+        ("grouped-query", [heading(r"^Multi-query and grouped-query attention")]),
+        ("sliding windows with a rolling cache", [heading(r"^Sliding windows and a rolling cache")]),
+    ],
 }
 
 # Words that join the claims of an item without making one.
@@ -638,6 +649,8 @@ def test_the_chapters_link_every_glossary_term():
 # evidence). A phrase no longer in the definition, or a "chapter N" / "the course covers" /
 # "the book uses" statement that no phrase here covers, fails the test.
 GLOSSARY_CLAIMS = [
+    ("temperature", "In generation (chapter 7) it divides the logits before the next token is drawn", 7,
+     [heading(r"^Sampling with a temperature"), prose_says(r"logits?\s*/\s*\\?tau|divid\w* the logits|logits divided")]),
     ("kernel", "The book uses the Gaussian, boxcar and Epanechnikov kernels", 1,
      [prose_says(r"Gaussian"), prose_says(r"boxcar"), prose_says(r"Epanechnikov")]),
     ("leave-one-out", "Chapter 1 uses it to learn a bandwidth", 1,
