@@ -16,7 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import Case, attention_rounding, describe_module, largest_tensor_created
+from .core import (Case, attention_rounding, describe_module, expect_trained_in_time, largest_tensor_created,
+                   trained_once)
 from .judge import checks
 from .parts import ArgumentCheck, Call, Part, Probe
 
@@ -257,26 +258,17 @@ def check_chunked_attention_arguments(fn, hidden: bool = False) -> None:
 _TRAINED: dict = {}  # (answer, seed) -> what it returned: one training per process
 
 
-def _trained(train, seed: int):
-    key = (train, seed)
-    if key not in _TRAINED:
-        _TRAINED[key] = train(seed=seed)
-    return _TRAINED[key]
-
-
 def _predictions_on(train):
     """``(seed, digits) -> (reported accuracy, the model's predictions on digits)``, training once per seed.
 
-    The first call trains (the judge times it from outside); the held-out ``digits`` are
-    drawn by the judge, which computes the accuracy itself from the predictions.
+    The held-out ``digits`` are drawn by the judge, which computes the accuracy itself from the
+    predictions.
     """
 
     def predict(seed, digits):
-        result = _trained(train, seed)
-        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
-            return result, None
-        model, reported = result
-        model.eval()
+        model, reported = trained_once(train, seed, _TRAINED)
+        if model is None:
+            return reported, None
         device = next(model.parameters()).device
         with torch.no_grad():
             return reported, model(digits.to(device)).argmax(dim=-1).cpu()  # (batch, n, 10) -> (batch, n)
@@ -288,11 +280,7 @@ def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
     """Trained within the time limit (measured by the judge), and right on the judge's fresh sequences."""
     digits = args[1]
     reported, predictions = result
-    case.check(predictions is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
-    case.check(case.seconds <= TRAINING_SECONDS, f"training took {case.seconds:.0f} s; it must finish within "
-                                                 f"{TRAINING_SECONDS:.0f} s here (the contract: 60 s on 2 CPU cores)")
-    case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
-                                                                      f"got {reported!r}")
+    expect_trained_in_time(case, predictions, reported, TRAINING_SECONDS, " (the contract: 60 s on 2 CPU cores)")
     case.expect_tensor("the predictions", predictions, shape=digits.shape, dtype=torch.int64, device="cpu")
     measured = (predictions == digits.sort(dim=-1).values).float().mean().item()
     case.check(measured >= REQUIRED_ACCURACY, f"the model sorts {measured:.1%} of the digits of fresh sequences "

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import Case, attention_rounding, describe_module
+from .core import Case, attention_rounding, describe_module, expect_trained_in_time, trained_once
 from .judge import checks
 from .parts import ArgumentCheck, Call, Part, Probe
 
@@ -195,10 +195,15 @@ def _position_by_position(step):
     return run
 
 
-STEP = Part("cached_attention_step", CHAPTER, arguments=("query", "key", "value"),
-            outputs=("the outputs of every step", "the cached keys", "the cached values"),
-            adapt=_position_by_position, atol=1e-5, rounding=lambda q, k, v, *w: attention_rounding(q, k, v),
-            forbid_library=True)
+def _stepped_part(name: str) -> Part:
+    """A part whose answer is fed whole sequences one position at a time (:func:`_position_by_position`)."""
+    return Part(name, CHAPTER, arguments=("query", "key", "value"),
+                outputs=("the outputs of every step", "the cached keys", "the cached values"),
+                adapt=_position_by_position, atol=1e-5, rounding=lambda q, k, v, *window: attention_rounding(q, k, v),
+                forbid_library=True)
+
+
+STEP = _stepped_part("cached_attention_step")
 
 
 @checks(STEP)
@@ -207,10 +212,7 @@ def check_cached_attention_step(fn, hidden: bool = False) -> None:
     attention over the whole sequence, and the cache ends holding every key and value."""
 
 
-WINDOW = Part("sliding_window_step", CHAPTER, arguments=("query", "key", "value"),
-              outputs=("the outputs of every step", "the cached keys", "the cached values"),
-              adapt=_position_by_position, atol=1e-5, rounding=lambda q, k, v, *w: attention_rounding(q, k, v),
-              forbid_library=True)
+WINDOW = _stepped_part("sliding_window_step")
 
 
 @checks(WINDOW)
@@ -532,19 +534,13 @@ _TRAINED: dict = {}  # (answer, seed) -> what it returned: one training per proc
 def _answers_of(train):
     """``(seed, prompts) -> (reported accuracy, the model's greedy answers to prompts)``, training once per seed.
 
-    The first call trains (the judge times it from outside); the prompts are drawn by the
-    judge, which computes the accuracy itself from the answers.
+    The prompts are drawn by the judge, which computes the accuracy itself from the answers.
     """
 
     def answer(seed, prompts):
-        key = (train, seed)
-        if key not in _TRAINED:
-            _TRAINED[key] = train(seed=seed)
-        result = _TRAINED[key]
-        if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
-            return result, None
-        model, reported = result
-        model.eval()
+        model, reported = trained_once(train, seed, _TRAINED)
+        if model is None:
+            return reported, None
         device = next(model.parameters()).device
         return reported, decode_answers(model, prompts.to(device)).cpu()
 
@@ -555,11 +551,7 @@ def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
     """Trained within the time limit (measured by the judge), and right on the judge's fresh prompts."""
     prompts = args[1]
     reported, answers = result
-    case.check(answers is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
-    case.check(case.seconds <= TRAINING_SECONDS, f"training took {case.seconds:.0f} s; it must finish within "
-                                                 f"{TRAINING_SECONDS:.0f} s here")
-    case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
-                                                                      f"got {reported!r}")
+    expect_trained_in_time(case, answers, reported, TRAINING_SECONDS)
     case.expect_tensor("the answers", answers, shape=(prompts.shape[0], NUM_DIGITS), dtype=torch.int64, device="cpu")
     measured = (answers == prompts[:, :NUM_DIGITS].flip(-1)).float().mean().item()
     case.check(measured >= REQUIRED_ACCURACY, f"greedy decoding reverses {measured:.1%} of the digits of fresh "

@@ -220,6 +220,37 @@ def expect_same_results(case: Case, result, expected, names, **tolerances) -> No
 
 
 # --------------------------------------------------------------------------------------
+# Parts that train a model: train once per answer, judge the model on the judge's inputs
+# --------------------------------------------------------------------------------------
+
+
+def trained_once(train: Callable, seed: int, trained: dict) -> tuple[Any, Any]:
+    """``(model in evaluation mode, its reported accuracy)`` of ``train(seed=seed)``, or ``(None, what
+    it returned)`` where that is not a tuple ``(nn.Module, accuracy)``.
+
+    ``trained`` (the checks module's, one per process) keeps each answer's result per seed, so
+    a part's cases share one training: the first call trains, and the judge times it from outside.
+    """
+    if (train, seed) not in trained:
+        trained[train, seed] = train(seed=seed)
+    result = trained[train, seed]
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
+        return None, result
+    model, reported = result
+    return model.eval(), reported
+
+
+def expect_trained_in_time(case: Case, outputs: Any, reported: Any, limit: float, contract: str = "") -> None:
+    """A model came back (``outputs`` of it, not ``None``), trained within ``limit`` seconds as the judge
+    measured, with a reported accuracy that is a float in [0, 1]."""
+    case.check(outputs is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
+    case.check(case.seconds <= limit, f"training took {case.seconds:.0f} s; it must finish within {limit:.0f} s "
+                                      f"here{contract}")
+    case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
+                                                                      f"got {reported!r}")
+
+
+# --------------------------------------------------------------------------------------
 # Memory: the largest tensor a call creates
 # --------------------------------------------------------------------------------------
 

@@ -339,28 +339,20 @@ def _sequence(g: torch.Generator, batch: tuple, n: int, d: int, v: int):
     return tuple(torch.randn(*batch, n, width, generator=g) for width in (d, d, v))
 
 
-def _step_calls(seeds) -> list[Call]:
-    """Sequences of 1 to 7 positions, with 0 to 2 leading axes."""
+def _stepped_calls(seeds, windowed: bool) -> list[Call]:
+    """Sequences of 1 to 7 positions (4 to 9 with windows of 1, of less than the sequence and of
+    more), with 0 to 2 leading axes, to be fed one position at a time."""
     calls = []
     for index, seed in enumerate(seeds):
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
-        batch, n, d, v = _batch_shape(rng, index), rng.randint(1, 7), rng.randint(1, 8), rng.randint(1, 5)
+        batch = _batch_shape(rng, index)
+        n, d, v = rng.randint(4, 9) if windowed else rng.randint(1, 7), rng.randint(1, 8), rng.randint(1, 5)
         queries, keys, values = _sequence(g, batch, n, d, v)
-        calls.append(Call(f"queries, keys {tuple(queries.shape)}, values {tuple(values.shape)}, fed one position "
-                          "at a time from cache=None", (queries, keys, values)))
-    return calls
-
-
-def _window_calls(seeds) -> list[Call]:
-    """Windows of 1, of less than the sequence, and of more."""
-    calls = []
-    for index, seed in enumerate(seeds):
-        rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
-        batch, n, d, v = _batch_shape(rng, index), rng.randint(4, 9), rng.randint(1, 8), rng.randint(1, 5)
-        queries, keys, values = _sequence(g, batch, n, d, v)
-        for window in (1, rng.randint(2, n - 1), n + 2):
-            calls.append(Call(f"queries, keys {tuple(queries.shape)}, values {tuple(values.shape)}, window={window}, "
-                              "fed one position at a time from cache=None", (queries, keys, values, window)))
+        for window in (1, rng.randint(2, n - 1), n + 2) if windowed else (None,):
+            extra = () if window is None else (window,)
+            said = "" if window is None else f", window={window}"
+            calls.append(Call(f"queries, keys {tuple(queries.shape)}, values {tuple(values.shape)}{said}, fed one "
+                              "position at a time from cache=None", (queries, keys, values, *extra)))
     return calls
 
 
@@ -537,8 +529,8 @@ def _reversal_calls(seeds) -> list[Call]:
 
 VISIBLE = {
     "causal_lm_loss": lambda: _loss_calls([0, 1]),
-    "cached_attention_step": lambda: _step_calls([0, 1, 2]),
-    "sliding_window_step": lambda: _window_calls([0, 1]),
+    "cached_attention_step": lambda: _stepped_calls([0, 1, 2], windowed=False),
+    "sliding_window_step": lambda: _stepped_calls([0, 1], windowed=True),
     "greedy_decode": lambda: _greedy_calls([0, 1]),
     "beam_search": lambda: _beam_calls([0, 1]),
     "sample_next": lambda: _sampling_calls([0]),
@@ -548,8 +540,8 @@ VISIBLE = {
 }
 HIDDEN = {
     "causal_lm_loss": lambda seed: _loss_calls(derived_seeds(seed)),
-    "cached_attention_step": lambda seed: _step_calls(derived_seeds(seed)),
-    "sliding_window_step": lambda seed: _window_calls(derived_seeds(seed)),
+    "cached_attention_step": lambda seed: _stepped_calls(derived_seeds(seed), windowed=False),
+    "sliding_window_step": lambda seed: _stepped_calls(derived_seeds(seed), windowed=True),
     "greedy_decode": lambda seed: _greedy_calls(derived_seeds(seed)),
     "beam_search": lambda seed: _beam_calls(derived_seeds(seed)),
     "sample_next": lambda seed: _sampling_calls(derived_seeds(seed, 2)),
