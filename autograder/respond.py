@@ -278,8 +278,6 @@ class _AskedOutside(torch.autograd.Function):
 
 
 def _detach(value: Any) -> Any:
-    import torch
-
     if isinstance(value, torch.Tensor):
         return value.detach()
     if isinstance(value, (tuple, list)):

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ch07_decoding import (NUM_DIGITS, SEQUENCE_LENGTH, TinyDecoder, make_reversal_batch, reversal_accuracy,
-                             table_log_probs)
+from ..ch07_decoding import (NUM_DIGITS, SEQUENCE_LENGTH, TinyDecoder, _tiny_decoder, make_reversal_batch,
+                             reversal_accuracy, table_log_probs)
 from ..parts import Call, derived_seeds
 
 # --------------------------------------------------------------------------------------
@@ -367,9 +367,8 @@ def _decoder_weights(g: torch.Generator, config: dict) -> dict:
 
 def _smallest_margin(config: dict, state: dict, prompt: torch.Tensor, max_new_tokens: int) -> float:
     """The smallest gap between the two largest logits along greedy decoding's path."""
-    model = TinyDecoder(**config)
-    model.load_state_dict(state)
-    tokens = greedy_decode(model.eval(), prompt, max_new_tokens, use_cache=False)
+    model = _tiny_decoder(config, state, prompt.device)
+    tokens = greedy_decode(model, prompt, max_new_tokens, use_cache=False)
     with torch.no_grad():
         logits, _ = model(tokens[:, :-1])  # (batch, t, vocab): the logits of every generated token
     top2 = logits[:, prompt.shape[1] - 1:].topk(2, dim=-1).values
@@ -395,7 +394,7 @@ def _greedy_calls(seeds) -> list[Call]:
             prompt = torch.randint(0, config["vocab_size"], (batch, p), generator=g)
             if _smallest_margin(config, state, prompt, new) > 0.01:
                 break
-        eos = int(greedy_decode(_tiny(config, state), prompt, 2)[0, -1])  # a token the first sequence produces
+        eos = int(greedy_decode(_tiny_decoder(config, state, prompt.device), prompt, 2)[0, -1])  # a token the first sequence produces
         described = (f"a TinyDecoder({', '.join(f'{k}={v}' for k, v in config.items())}), prompt "
                      f"{tuple(prompt.shape)}, max_new_tokens={new}")
         for use_cache in (True, False):
@@ -404,12 +403,6 @@ def _greedy_calls(seeds) -> list[Call]:
         calls.append(Call(f"{described}, use_cache=True, eos_id={eos}", (config, state, prompt, new),
                           {"use_cache": True, "eos_id": eos}))
     return calls
-
-
-def _tiny(config: dict, state: dict) -> TinyDecoder:
-    model = TinyDecoder(**config)
-    model.load_state_dict(state)
-    return model.eval()
 
 
 def _telling(table: torch.Tensor, bos: int, eos: int, max_len: int) -> bool:
