@@ -236,6 +236,13 @@ def check_sliding_window_step_arguments(fn, hidden: bool = False) -> None:
 # --------------------------------------------------------------------------------------
 
 
+def _random_weights(seed: int, config: dict) -> dict:
+    """The weights PyTorch draws for a ``TinyDecoder(**config)`` from ``seed``, global generator untouched."""
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        return TinyDecoder(**config).state_dict()
+
+
 def _tiny_decoder(config: dict, state: dict, device: torch.device) -> TinyDecoder:
     model = TinyDecoder(**config).to(device)
     model.load_state_dict(state)
@@ -289,9 +296,7 @@ def _expect_one_token_per_step(case: Case, args, kwargs, fed) -> None:
 def _counting_calls() -> list[Call]:
     g = torch.Generator().manual_seed(5)
     config = {"vocab_size": 7, "num_hiddens": 8, "num_heads": 2, "num_layers": 1, "max_len": 16}
-    with torch.random.fork_rng():
-        torch.manual_seed(5)
-        state = TinyDecoder(**config).state_dict()
+    state = _random_weights(5, config)
     prompt = torch.randint(0, 7, (2, 3), generator=g)
     return [Call(f"a TinyDecoder, prompt (2, 3), max_new_tokens=4, use_cache={use}",
                  (config, state, prompt, 4, use)) for use in (True, False)]

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ch07_decoding import (NUM_DIGITS, SEQUENCE_LENGTH, TinyDecoder, _tiny_decoder, make_reversal_batch,
-                             reversal_accuracy, table_log_probs)
+from ..ch07_decoding import (NUM_DIGITS, SEQUENCE_LENGTH, TinyDecoder, _random_weights, _tiny_decoder,
+                             make_reversal_batch, reversal_accuracy, table_log_probs)
 from ..parts import Call, derived_seeds
 
 # --------------------------------------------------------------------------------------
@@ -358,9 +358,7 @@ def _stepped_calls(seeds, windowed: bool) -> list[Call]:
 
 def _decoder_weights(g: torch.Generator, config: dict) -> dict:
     """Random weights for a TinyDecoder of ``config``, its read-out scaled so that logits are far apart."""
-    with torch.random.fork_rng():  # the weights PyTorch would draw, without touching the global generator
-        torch.manual_seed(g.initial_seed())
-        state = TinyDecoder(**config).state_dict()
+    state = _random_weights(g.initial_seed(), config)
     state["readout.weight"] = state["readout.weight"] * 8
     return state
 
