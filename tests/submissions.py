@@ -233,6 +233,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
             leaked = len(started) >= 1000
             for child in started:
                 child.kill()
+                child.wait()  # reaped: a zombie keeps its pid, and a full cap would stall this kernel's later parts
             """)), expect(window_mask="failed"))
         add("disk_flood", answer(solution, "window_mask", _if_it_leaks("""
             import os
