@@ -2,10 +2,10 @@
 
 A time typed by hand goes stale as soon as a section grows; this one is counted from the
 page as it is built, outputs included, so the first line of a chapter cannot disagree
-with the chapter. The rule, stated in the syllabus (``{reading-time-rule}``):
+with the chapter. The rule, stated in the syllabus by ``{reading-time}`rule```:
 
-* prose: 180 words a minute; math is counted like words, one per group of symbols
-  between spaces;
+* prose: 180 words a minute, a word being any group of characters between spaces that
+  holds a letter or a digit (so math counts too: $Q = X W_q$ is three words);
 * code shown on the page, and printed output: 10 lines a minute (blank lines not
   counted); a folded cell (``hide-input``) is not counted, since the main path does not
   need it opened, but what it prints or draws is;
@@ -17,8 +17,8 @@ admonitions whose title begins with "Optional" and sections whose title ends wit
 times the assignments separately.
 
 In a page, ``{reading-time}`main``` and ``{reading-time}`optional``` become the rounded
-minutes of the two paths; ``{reading-times}`` (a directive) becomes a table of every
-chapter's counts, for the syllabus. ``sphinx-build`` also logs each page's counts.
+minutes of the two paths, and ``{reading-time}`rule``` the rule in words;
+``{reading-times}`` (a directive) becomes a table of every chapter's counts, for the syllabus. ``sphinx-build`` also logs each page's counts.
 """
 
 from __future__ import annotations
@@ -59,9 +59,10 @@ class Load:
 
 def rule() -> str:
     """The rule in one sentence, as the syllabus states it."""
-    return (f"prose at {WORDS_PER_MINUTE} words a minute (math counted like words), code shown "
-            f"on the page and printed output at {LINES_PER_MINUTE} lines a minute (folded code not "
-            f"counted), and {MINUTES_PER_FIGURE:g} minutes for each figure")
+    return (f"prose at {WORDS_PER_MINUTE} words a minute (a word is anything between spaces with a "
+            f"letter or a digit in it, so math counts too), code shown on the page and printed output "
+            f"at {LINES_PER_MINUTE} lines a minute (folded code not counted), and {MINUTES_PER_FIGURE:g} "
+            f"minutes for each figure")
 
 
 def count(doctree: nodes.Node) -> dict[str, Load]:
@@ -81,7 +82,7 @@ def _count(node: nodes.Node, path: str, loads: dict[str, Load]) -> None:
     elif isinstance(node, nodes.image):
         loads[path].figures += 1
     elif isinstance(node, nodes.Text):
-        loads[path].words += len(node.astext().split())
+        loads[path].words += _words(node.astext())
     elif not isinstance(node, (nodes.comment, nodes.raw, nodes.system_message, ReadingTimePlaceholder)):
         for child in node.children:
             _count(child, path, loads)
@@ -114,6 +115,10 @@ def _count_cell(cell: nodes.Element, load: Load) -> None:
             load.printed_lines += sum(_lines(block.astext()) for block in part.findall(nodes.literal_block))
 
 
+def _words(text: str) -> int:
+    return sum(1 for token in text.split() if any(character.isalnum() for character in token))
+
+
 def _lines(code: str) -> int:
     return sum(1 for line in code.splitlines() if line.strip())
 
@@ -129,14 +134,14 @@ class ReadingTimesTable(nodes.General, nodes.Element):
 
 
 def reading_time_role(name, rawtext, text, lineno, inliner, options=None, content=None):
+    """``{reading-time}`main```, ``{reading-time}`optional``` or ``{reading-time}`rule```."""
+    if text == "rule":
+        return [nodes.Text(rule())], []
     if text not in (MAIN, OPTIONAL):
-        message = inliner.reporter.error(f"reading-time takes 'main' or 'optional', not {text!r}", line=lineno)
+        message = inliner.reporter.error(f"reading-time takes 'main', 'optional' or 'rule', not {text!r}",
+                                         line=lineno)
         return [inliner.problematic(rawtext, rawtext, message)], [message]
     return [ReadingTimePlaceholder(rawtext, "", path=text)], []
-
-
-def reading_time_rule_role(name, rawtext, text, lineno, inliner, options=None, content=None):
-    return [nodes.Text(rule())], []
 
 
 class ReadingTimesDirective(Directive):
@@ -223,7 +228,6 @@ def setup(app: Sphinx) -> dict:
     app.add_node(ReadingTimePlaceholder)
     app.add_node(ReadingTimesTable)
     app.add_role("reading-time", reading_time_role)
-    app.add_role("reading-time-rule", reading_time_rule_role)
     app.add_directive("reading-times", ReadingTimesDirective)
     app.connect("doctree-read", record_reading_time)
     app.connect("doctree-resolved", fill_table)

@@ -69,10 +69,10 @@ def test_prose_is_read_at_the_rules_words_a_minute_titles_included():
     assert minutes(loads[OPTIONAL]) == 0
 
 
-def test_math_counts_one_word_per_group_of_symbols():
+def test_a_word_is_what_holds_a_letter_or_a_digit_in_prose_and_in_math():
     formula = nodes.math("", r"Q = X W_q")
-    loads = count(page(nodes.paragraph("", "", nodes.Text("so "), formula)))
-    assert loads[MAIN].words == 2 + 1 + 4  # the title, "so", and Q, =, X, W_q
+    loads = count(page(nodes.paragraph("", "", nodes.Text("so ( "), formula, nodes.Text(" ), 2 -"))))
+    assert loads[MAIN].words == 2 + 1 + 3 + 1  # the title, "so", Q, X and W_q, and "2"; not "(", "=", "),", "-"
 
 
 def test_shown_code_and_printed_output_count_by_lines_and_figures_by_the_figure():
