@@ -111,8 +111,22 @@ def _count_cell(cell: nodes.Element, load: Load) -> None:
         if element == "cell_code_source" and folded not in FOLDED_INPUT:
             load.code_lines += _lines(part.astext())
         elif element == "cell_code_output" and folded not in FOLDED_OUTPUT:
-            load.figures += len(list(part.findall(nodes.image)))
-            load.printed_lines += sum(_lines(block.astext()) for block in part.findall(nodes.literal_block))
+            _count_output(part, load)
+
+
+def _count_output(node: nodes.Node, load: Load) -> None:
+    """Figures and printed lines; of a bundle of one output in several formats, the one shown."""
+    if isinstance(node, nodes.Element) and node.get("nb_element") == "mime_bundle":
+        shown = sorted(node.children, key=lambda format: not format.get("mime_type", "").startswith("image/"))
+        if shown:
+            _count_output(shown[0], load)
+    elif isinstance(node, nodes.image):
+        load.figures += 1
+    elif isinstance(node, nodes.literal_block):
+        load.printed_lines += _lines(node.astext())
+    else:
+        for child in node.children:
+            _count_output(child, load)
 
 
 def _words(text: str) -> int:

@@ -82,6 +82,17 @@ def test_shown_code_and_printed_output_count_by_lines_and_figures_by_the_figure(
     assert loads[MAIN].minutes == pytest.approx(expected + 2 / reading_time.WORDS_PER_MINUTE)
 
 
+def test_a_figure_with_a_text_version_is_one_figure_not_a_printed_line():
+    figure = nodes.container("", nodes.literal_block("", "<Figure size 640x480 with 1 Axes>"),
+                             nb_element="mime_bundle")
+    figure[0]["mime_type"] = "text/plain"
+    figure += nodes.container("", nodes.image(uri="figure.svg"), mime_type="image/svg+xml")
+    drawn = cell(3)
+    drawn += nodes.container("", figure, nb_element="cell_code_output")
+    load = count(page(drawn))[MAIN]
+    assert (load.code_lines, load.printed_lines, load.figures) == (3, 0, 1)
+
+
 def test_a_folded_cell_costs_what_it_shows_not_its_code():
     folded = count(page(cell(40, figures=1, hide_mode="input")))[MAIN]
     assert (folded.code_lines, folded.figures) == (0, 1)
