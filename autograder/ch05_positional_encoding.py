@@ -138,32 +138,33 @@ def _expect_norms_kept(case: Case, args, kwargs, result) -> None:
                       X.norm(dim=-1), atol=1e-4)
 
 
-#: (m, n, shift): positions of q and k, then both moved by shift.
+#: (t, t', Δ): the positions of q and k, then both moved by the offset Δ.
 _SHIFTS = ((3, 7, 10), (0, 5, 250), (40, 2, -33))
 
 
 def _relative_inputs() -> list[Call]:
     g = torch.Generator().manual_seed(6)
     q, k = torch.randn(1, 16, generator=g, dtype=torch.float64), torch.randn(1, 16, generator=g, dtype=torch.float64)
-    return [Call("q and k (1, 16) in float64 at positions (m, n) and (m + s, n + s)", (q, k))]
+    return [Call("q and k (1, 16) in float64 at positions (t, t') and (t + Δ, t' + Δ)", (q, k))]
 
 
 def _dot_products(fn):
-    """``(q, k) -> [(<R(q, m), R(k, n)>, <R(q, m + s), R(k, n + s)>) for each (m, n, s)]``."""
+    """``(q, k) -> [(<R(q, t), R(k, t')>, <R(q, t + Δ), R(k, t' + Δ)>) for each (t, t', Δ)]``."""
 
     def dots(q, k):
         at = lambda x, p: fn(x, torch.tensor([p]))  # noqa: E731
-        return [((at(q, m) * at(k, n)).sum(), (at(q, m + s) * at(k, n + s)).sum()) for m, n, s in _SHIFTS]
+        return [((at(q, t) * at(k, t2)).sum(), (at(q, t + shift) * at(k, t2 + shift)).sum())
+                for t, t2, shift in _SHIFTS]
 
     return dots
 
 
 def _expect_relative_positions(case: Case, args, kwargs, pairs) -> None:
-    """``<R(q, m), R(k, n)>`` is unchanged when both positions move by the same amount."""
-    for (m, n, shift), (here, there) in zip(_SHIFTS, pairs, strict=True):
+    """``<R(q, t), R(k, t')>`` is unchanged when both positions move by the same offset."""
+    for (t, t2, shift), (here, there) in zip(_SHIFTS, pairs, strict=True):
         case.check(math.isclose(float(here), float(there), rel_tol=1e-6, abs_tol=1e-8),
-                   f"the dot product at positions ({m}, {n}) is {float(here):.6f} but at ({m + shift}, {n + shift}) "
-                   f"it is {float(there):.6f}: it must depend on m - n only")
+                   f"the dot product at positions ({t}, {t2}) is {float(here):.6f} but at ({t + shift}, {t2 + shift}) "
+                   f"it is {float(there):.6f}: it must depend on the offset t' - t only")
 
 
 RELATIVE = Probe("relative positions", _relative_inputs, _dot_products, _expect_relative_positions)
