@@ -16,6 +16,7 @@ library attention (tripwires), and a module's layers (:func:`describe_module`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import warnings
 from dataclasses import dataclass
@@ -144,6 +145,8 @@ def to_device(args: Any, device: torch.device | str) -> Any:
         return type(args)(to_device(a, device) for a in args)
     if isinstance(args, dict):
         return {k: to_device(v, device) for k, v in args.items()}
+    if isinstance(args, functools.partial):  # a score function with its weights, as bilinear's W
+        return functools.partial(args.func, *to_device(args.args, device), **to_device(args.keywords, device))
     return args
 
 
