@@ -259,28 +259,31 @@ _TRAINED: dict = {}  # (answer, seed) -> what it returned: one training per proc
 
 
 def _predictions_on(train):
-    """``(seed, digits) -> (reported accuracy, the model's predictions on digits)``, training once per seed.
+    """``(seed, digits) -> (reported accuracy, the model's predictions on digits, backward passes of the
+    training)``, training once per seed.
 
     The held-out ``digits`` are drawn by the judge, which computes the accuracy itself from the
     predictions.
     """
 
     def predict(seed, digits):
-        model, reported = trained_once(train, seed, _TRAINED)
+        model, reported, passes = trained_once(train, seed, _TRAINED)
         if model is None:
-            return reported, None
+            return reported, None, passes
         device = next(model.parameters()).device
         with torch.no_grad():
-            return reported, model(digits.to(device)).argmax(dim=-1).cpu()  # (batch, n, 10) -> (batch, n)
+            return reported, model(digits.to(device)).argmax(dim=-1).cpu(), passes  # (batch, n, 10) -> (batch, n)
 
     return predict
 
 
 def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
-    """Trained within the time limit (measured by the judge), and right on the judge's fresh sequences."""
+    """Trained in the call within the time limit (measured by the judge), and right on the judge's fresh
+    sequences."""
     digits = args[1]
-    reported, predictions = result
-    expect_trained_in_time(case, predictions, reported, TRAINING_SECONDS, " (the contract: 60 s on 2 CPU cores)")
+    reported, predictions, passes = result
+    expect_trained_in_time(case, predictions, reported, passes, TRAINING_SECONDS,
+                           " (the contract: 60 s on 2 CPU cores)")
     case.expect_tensor("the predictions", predictions, shape=digits.shape, dtype=torch.int64, device="cpu")
     measured = (predictions == digits.sort(dim=-1).values).float().mean().item()
     case.check(measured >= REQUIRED_ACCURACY, f"the model sorts {measured:.1%} of the digits of fresh sequences "
@@ -295,7 +298,8 @@ SORTING = Part("train_sorting_transformer", CHAPTER, adapt=_predictions_on,
 
 @checks(SORTING)
 def check_train_sorting_transformer(fn, hidden: bool = False) -> None:
-    """Train once (``seed=0``) within the time limit; test the model on sequences drawn at check time."""
+    """Train once (``seed=0``; the hidden case, a seed of its own) within the time limit; test the model on
+    sequences drawn at check time."""
 
 
 PARTS = {part.name: part for part in (BLOCK, CHUNKED, SORTING)}

@@ -537,26 +537,28 @@ _TRAINED: dict = {}  # (answer, seed) -> what it returned: one training per proc
 
 
 def _answers_of(train):
-    """``(seed, prompts) -> (reported accuracy, the model's greedy answers to prompts)``, training once per seed.
+    """``(seed, prompts) -> (reported accuracy, the model's greedy answers to prompts, backward passes of the
+    training)``, training once per seed.
 
     The prompts are drawn by the judge, which computes the accuracy itself from the answers.
     """
 
     def answer(seed, prompts):
-        model, reported = trained_once(train, seed, _TRAINED)
+        model, reported, passes = trained_once(train, seed, _TRAINED)
         if model is None:
-            return reported, None
+            return reported, None, passes
         device = next(model.parameters()).device
-        return reported, decode_answers(model, prompts.to(device)).cpu()
+        return reported, decode_answers(model, prompts.to(device)).cpu(), passes
 
     return answer
 
 
 def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
-    """Trained within the time limit (measured by the judge), and right on the judge's fresh prompts."""
+    """Trained in the call within the time limit (measured by the judge), and right on the judge's fresh
+    prompts."""
     prompts = args[1]
-    reported, answers = result
-    expect_trained_in_time(case, answers, reported, TRAINING_SECONDS)
+    reported, answers, passes = result
+    expect_trained_in_time(case, answers, reported, passes, TRAINING_SECONDS)
     case.expect_tensor("the answers", answers, shape=(prompts.shape[0], NUM_DIGITS), dtype=torch.int64, device="cpu")
     measured = (answers == prompts[:, :NUM_DIGITS].flip(-1)).float().mean().item()
     case.check(measured >= REQUIRED_ACCURACY, f"greedy decoding reverses {measured:.1%} of the digits of fresh "
@@ -569,7 +571,8 @@ TRAINING = Part("train_reversal_decoder", CHAPTER, adapt=_answers_of, extra=_exp
 
 @checks(TRAINING)
 def check_train_reversal_decoder(fn, hidden: bool = False) -> None:
-    """Train once (``seed=0``) within the time limit; decode prompts drawn at check time greedily."""
+    """Train once (``seed=0``; the hidden case, a seed of its own) within the time limit; decode prompts drawn
+    at check time greedily."""
 
 
 PARTS = {part.name: part for part in (LOSS, STEP, WINDOW, GREEDY, BEAM, SAMPLE, GQA, CACHE_BYTES, TRAINING)}

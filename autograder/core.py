@@ -40,6 +40,15 @@ def shape_of(x: Any) -> str:
     return type(x).__name__
 
 
+class CheckFailed(AssertionError):
+    """A case failed: the answer's fault, as a check found it (the only way a check fails a case).
+
+    Any other exception raised while an answer is judged (a bare ``assert``, a ``TypeError`` in
+    a check's own code) is a fault of the course, kept apart from a wrong answer: the grader
+    reports the submission as not graded rather than give a student a zero for it.
+    """
+
+
 @dataclass
 class Case:
     """One call of a student's function, described for failure messages.
@@ -53,17 +62,19 @@ class Case:
     part: str
     inputs: str
     seed: int | None = None
-    #: how long the last call took, as the judge measured it from outside the answer
+    #: how long the last call took, as the judge measured it from outside the answer, and by which clock
+    #: (at grading, the kernel's CPU time where its cgroup counts it)
     seconds: float = 0.0
+    clock: str = "wall-clock time"
 
     @property
     def hidden(self) -> bool:
         return self.seed is not None
 
     def fail(self, problem: str) -> None:
-        """Raise the ``AssertionError`` a student reads, naming part, case and problem."""
+        """Raise the :class:`CheckFailed` a student reads, naming part, case and problem."""
         where = f"hidden case (seed {self.seed})" if self.hidden else "case"
-        raise AssertionError(f"{self.part}: {problem}\n    {where}: {self.inputs}")
+        raise CheckFailed(f"{self.part}: {problem}\n    {where}: {self.inputs}")
 
     def check(self, condition: bool, problem: str) -> None:
         """``fail(problem)`` unless ``condition`` holds."""
@@ -126,10 +137,18 @@ def describe_module(model: Any) -> dict:
             "trainable": [n for n, p in parameters.items() if p.requires_grad], "layers": layers}
 
 
+#: The most values of a tensor a visible case's message shows (the answer's result is the student's data).
+SHOWN_VALUES = 16
+
+
 def _short(t: torch.Tensor) -> str:
-    """A compact one-line rendering of a small tensor for visible-case messages."""
+    """A compact one-line rendering of a small tensor for visible-case messages: at most
+    :data:`SHOWN_VALUES` values, else its first values and its shape."""
     with torch.no_grad():
-        text = repr(t.detach().cpu()).replace("\n", " ")
+        t = t.detach().cpu()
+        if t.numel() > SHOWN_VALUES:
+            return f"tensor of shape {tuple(t.shape)} beginning {t.flatten()[:SHOWN_VALUES // 2].tolist()} […]"
+        text = repr(t).replace("\n", " ")
     return " ".join(text.split())[:400]
 
 
@@ -227,28 +246,67 @@ def expect_same_results(case: Case, result, expected, names, **tolerances) -> No
 # --------------------------------------------------------------------------------------
 
 
-def trained_once(train: Callable, seed: int, trained: dict) -> tuple[Any, Any]:
-    """``(model in evaluation mode, its reported accuracy)`` of ``train(seed=seed)``, or ``(None, what
-    it returned)`` where that is not a tuple ``(nn.Module, accuracy)``.
+def trained_once(train: Callable, seed: int, trained: dict) -> tuple[Any, Any, int]:
+    """``(model in evaluation mode, its reported accuracy, backward passes)`` of ``train(seed=seed)``, or
+    ``(None, what it returned, backward passes)`` where that is not a tuple ``(nn.Module, accuracy)``.
 
     ``trained`` (the checks module's, one per process) keeps each answer's result per seed, so
     a part's cases share one training: the first call trains, and the judge times it from outside.
+    The backward passes are those counted during that call (:func:`counting_backward_passes`).
     """
     if (train, seed) not in trained:
-        trained[train, seed] = train(seed=seed)
-    result = trained[train, seed]
+        with counting_backward_passes() as passes:
+            result = train(seed=seed)
+        trained[train, seed] = result, passes[0]
+    result, passes = trained[train, seed]
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], torch.nn.Module)):
-        return None, result
+        return None, result, passes
     model, reported = result
-    return model.eval(), reported
+    return model.eval(), reported, passes
 
 
-def expect_trained_in_time(case: Case, outputs: Any, reported: Any, limit: float, contract: str = "") -> None:
-    """A model came back (``outputs`` of it, not ``None``), trained within ``limit`` seconds as the judge
-    measured, with a reported accuracy that is a float in [0, 1]."""
+@contextlib.contextmanager
+def counting_backward_passes() -> Iterator[list[int]]:
+    """Within the block, count the calls of ``torch.autograd.backward``, ``Tensor.backward`` and
+    ``torch.autograd.grad``; yields ``[count]``, updated as they come.
+
+    A training step makes one (``loss.backward()`` calls ``torch.autograd.backward`` too, so it
+    counts twice): a cheap sign, observed inside the answer's process, that a model was trained
+    during the call rather than before it.
+    """
+    count = [0]
+    patched = [(torch.autograd, "backward"), (torch.Tensor, "backward"), (torch.autograd, "grad")]
+    originals = [getattr(owner, name) for owner, name in patched]
+
+    def counted(original: Callable) -> Callable:
+        @functools.wraps(original)
+        def call(*args, **kwargs):
+            count[0] += 1
+            return original(*args, **kwargs)
+
+        return call
+
+    try:
+        for (owner, name), original in zip(patched, originals):
+            setattr(owner, name, counted(original))
+        yield count
+    finally:
+        for (owner, name), original in zip(patched, originals):
+            setattr(owner, name, original)
+
+
+def expect_trained_in_time(case: Case, outputs: Any, reported: Any, backward_passes: Any, limit: float,
+                           contract: str = "") -> None:
+    """A model came back (``outputs`` of it, not ``None``), trained inside the call (``backward_passes``
+    counted there, more than 0) within ``limit`` seconds of the judge's clock (``case.clock``), with a
+    reported accuracy that is a float in [0, 1]."""
     case.check(outputs is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
-    case.check(case.seconds <= limit, f"training took {case.seconds:.0f} s; it must finish within {limit:.0f} s "
-                                      f"here{contract}")
+    case.check(isinstance(backward_passes, int) and backward_passes > 0,
+               f"the model was not trained inside {case.part}: no backward pass (loss.backward(), "
+               "torch.autograd.grad) ran during the call. Train the model in the function, on the seed it is "
+               "given; a model trained elsewhere (in another cell, or on another seed) does not count")
+    case.check(case.seconds <= limit, f"training took {case.seconds:.0f} s of {case.clock}; it must finish within "
+                                      f"{limit:.0f} s of {case.clock} here{contract}")
     case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
                                                                       f"got {reported!r}")
 
@@ -328,19 +386,37 @@ def peak_memory(fn: Callable, *args, **kwargs) -> int:
 # --------------------------------------------------------------------------------------
 
 
-def _library_attention() -> list[tuple[Any, str, str]]:
-    """``(owner, attribute, public name)`` of library attention a graded part may not call."""
+#: Library attention as PyTorch's operators and functions name it (an overload's ``.default`` aside):
+#: the fused kernels of every backend, the math path, and the multi-head paths of ``nn.MultiheadAttention``
+#: and ``nn.TransformerEncoderLayer``.
+LIBRARY_ATTENTION = ("scaled_dot_product_attention", "multi_head_attention_forward", "_native_multi_head_attention",
+                     "_transformer_encoder_layer_fwd")
+#: Prefixes of the same: ``_scaled_dot_product_attention_math``, ``_scaled_dot_product_flash_attention_for_cpu``,
+#: ``_flash_attention_forward``, ``_efficient_attention_forward``, ...
+LIBRARY_ATTENTION_PREFIXES = ("_scaled_dot_product_", "_flash_attention_", "_efficient_attention_")
+#: Those reached from Python as ``torch.nn.functional.<name>`` (whichever module defines them).
+_FUNCTIONAL = ("scaled_dot_product_attention", "multi_head_attention_forward")
 
-    import torch.nn.functional as F
-    from torch import nn
 
-    targets = [
-        (F, "scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
-        (torch._C._nn, "scaled_dot_product_attention", "torch.nn.functional.scaled_dot_product_attention"),
-        (F, "multi_head_attention_forward", "torch.nn.functional.multi_head_attention_forward"),
-        (nn.MultiheadAttention, "forward", "torch.nn.MultiheadAttention"),
-    ]
+def library_attention_name(function: Any) -> str:
+    """The public name of ``function`` if it is library attention, else ``""``.
+
+    ``function`` is what a torch-function or torch-dispatch mode is handed: a function of
+    ``torch`` or ``torch.nn.functional``, or an ATen operator (``torch.ops.aten.X`` or its
+    overload ``X.default``), e.g. ``"torch.ops.aten._scaled_dot_product_attention_math"``.
+    """
+    base = str(getattr(function, "__name__", "")).split(".")[0]
+    if base not in LIBRARY_ATTENTION and not base.startswith(LIBRARY_ATTENTION_PREFIXES):
+        return ""
+    if isinstance(function, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return f"torch.ops.{getattr(function, 'overloadpacket', function)}"
+    return f"torch.nn.functional.{base}" if base in _FUNCTIONAL else f"torch.{base}"
+
+
+def _d2l_attention() -> list[tuple[Any, str, str]]:
+    """``(owner, attribute, public name)`` of d2l's attention (plain Python, which no torch mode sees as one call)."""
     d2l = sys.modules.get("d2l.torch")  # only if the student imported it: d2l is slow to import
+    targets = []
     for name in ("masked_softmax", "DotProductAttention", "AdditiveAttention", "MultiHeadAttention",
                  "PositionalEncoding", "TransformerEncoderBlock"):
         if d2l is not None and hasattr(d2l, name):
@@ -360,24 +436,53 @@ def functions_of(answer: Any) -> list[Callable]:
 def tripwires(answer: Any, exempt: tuple = ()) -> Iterator[list[str]]:
     """Within the block, calls of library attention are recorded (and still carried out).
 
-    The library functions are replaced where they live and under any name the student's
-    module bound them to (``from torch.nn.functional import scaled_dot_product_attention``).
-    Calls made from inside ``exempt`` (the checks' own stand-ins for earlier parts, which
-    may use library attention) are not recorded. Yields the list of public names called.
+    PyTorch's attention is seen where PyTorch dispatches it, whatever Python name reached it
+    (``F.scaled_dot_product_attention``, ``torch.ops.aten._scaled_dot_product_attention_math``,
+    a name the student bound): a torch-function mode sees every call of a ``torch`` function
+    or operator made from Python, composite operators included (they decompose before a
+    dispatch mode sees them), and a torch-dispatch mode sees the fused kernels reached from
+    anywhere (TorchScript, PyTorch's own modules). d2l's attention, plain Python, is replaced
+    where it lives and under any name the student's module bound it to. Calls made from
+    inside ``exempt`` (the checks' own stand-ins for earlier parts, which may use library
+    attention) are not recorded. Yields the list of public names called.
     """
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
     called: list[str] = []
-    patched: list[tuple[Any, str, Any]] = []
     exempt_code = {f.__code__ for owner in exempt for f in functions_of(owner)}
+
+    def record(public: str) -> None:
+        if public and not _called_from(exempt_code):
+            called.append(public)
+
+    class FunctionWatch(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            record(library_attention_name(func))
+            return func(*args, **(kwargs or {}))
+
+    class DispatchWatch(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            record(library_attention_name(func))
+            return func(*args, **(kwargs or {}))
+
+    with _d2l_tripwires(answer, record), FunctionWatch(), DispatchWatch():
+        yield called
+
+
+@contextlib.contextmanager
+def _d2l_tripwires(answer: Any, record: Callable[[str], None]) -> Iterator[None]:
+    """Within the block, d2l's attention calls ``record(its public name)`` first."""
+    patched: list[tuple[Any, str, Any]] = []
 
     def wire(original, public):
         def tripwire(*args, **kwargs):
-            if not _called_from(exempt_code):
-                called.append(public)
+            record(public)
             return original(*args, **kwargs)
 
         return tripwire
 
-    for owner, attribute, public in _library_attention():
+    for owner, attribute, public in _d2l_attention():
         original = getattr(owner, attribute)
         patched.append((owner, attribute, original))
         setattr(owner, attribute, wire(original, public))
@@ -387,7 +492,7 @@ def tripwires(answer: Any, exempt: tuple = ()) -> Iterator[list[str]]:
                     patched.append((namespace, name, value))
                     namespace[name] = wire(original, public)
     try:
-        yield called
+        yield
     finally:
         for owner, attribute, original in reversed(patched):
             if isinstance(owner, dict):
@@ -397,7 +502,7 @@ def tripwires(answer: Any, exempt: tuple = ()) -> Iterator[list[str]]:
 
 
 def _called_from(codes: set) -> bool:
-    """Whether a frame of one of ``codes`` is on the stack above the caller."""
+    """Whether a frame of one of ``codes`` is on the stack above the caller's caller."""
     frame = sys._getframe(2) if codes else None
     while frame is not None:
         if frame.f_code in codes:

@@ -33,20 +33,35 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from .core import Case, devices, passed, tensors_in, to_device
+from .core import Case, CheckFailed, devices, passed, tensors_in, to_device
 from .parts import ArgumentCheck, Part, hidden_calls, reference_of, visible_calls
 from .respond import ARGUMENTS, CASES, Reply, Request, names_used, respond
+from .text import excerpt
 
 # Errors that show a computation mixed tensors from two devices.
 _DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be on the same device")
 
 
-class NotDefined(AssertionError):
+class NotDefined(CheckFailed):
     """The answer a check is called on does not exist (its cell raised, or never defined it)."""
 
 
+class JudgeFault(Exception):
+    """The course's own code failed while it judged an answer: a fault of the grader, never the student's.
+
+    Raised for anything but :class:`~autograder.core.CheckFailed` (and ``NotImplementedError``,
+    the released stub) that a check raises on data of the kinds it expects; the grading command
+    reports the submission as not graded, with the traceback, instead of grading it.
+    """
+
+
 class Respondent(Protocol):
-    """Where an answer lives: :meth:`ask_all` calls it on each request, in order, and returns the replies."""
+    """Where an answer lives: :meth:`ask_all` calls it on each request, in order, and returns the replies.
+
+    A respondent that can count the answer's own CPU time during :meth:`ask_all` says it by a
+    method ``cpu_seconds() -> float | None`` (the kernel's, ``grading/kernel_respondent.py``);
+    without it the judge times the call by the wall clock.
+    """
 
     def ask_all(self, requests: list[Request]) -> list[Reply]: ...
 
@@ -78,14 +93,14 @@ class LocalRespondent:
             if name not in called or not isinstance(dependency, Part) or reference_of(dependency) is not None:
                 continue
             if name not in namespace:
-                raise AssertionError(f"{declaration.name}: uses `{dependency.name}`, which is not defined in this "
+                raise CheckFailed(f"{declaration.name}: uses `{dependency.name}`, which is not defined in this "
                                      f"notebook; write (or paste) your `{dependency.name}` first, then run this cell again")
             try:
                 with contextlib.redirect_stdout(io.StringIO()):
                     judge(dependency, LocalRespondent(dependency, namespace[name]))
-            except (AssertionError, NotImplementedError) as problem:
+            except (CheckFailed, NotImplementedError) as problem:
                 first_line = str(problem).splitlines()[0] if str(problem) else type(problem).__name__
-                raise AssertionError(
+                raise CheckFailed(
                     f"{declaration.name}: calls your `{dependency.name}`, which does not pass its own check yet "
                     f"({first_line}); fix `{dependency.name}` first, then run this cell again") from None
 
@@ -124,8 +139,9 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
         the number of calls judged.
 
     Raises:
-        AssertionError: the first problem found, as a message for the student.
+        CheckFailed: the first problem found, as a message for the student.
         NotImplementedError: the answer is still the released stub.
+        JudgeFault: the course's own code failed (not the student's fault).
     """
     if isinstance(declaration, ArgumentCheck):
         questions = _argument_questions(declaration)
@@ -134,11 +150,13 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
         questions = _questions(declaration, hidden, key, where if where is not None else devices())
     started = time.perf_counter()
     replies = respondent.ask_all([question.request for question in questions])
-    seconds = time.perf_counter() - started  # measured here, around the kernel: for a part of one call, its time
+    wall = time.perf_counter() - started  # measured here, around the kernel: for a part of one call, its time
+    cpu = respondent.cpu_seconds() if hasattr(respondent, "cpu_seconds") else None  # the kernel's own, where known
+    seconds, clock = (wall, "wall-clock time") if cpu is None else (cpu, "CPU time")
     if len(replies) != len(questions):
-        raise AssertionError(f"{declaration.name}: {len(replies)} replies to {len(questions)} calls")
+        raise JudgeFault(f"{declaration.name}: {len(replies)} replies to {len(questions)} calls")
     for question, reply in zip(questions, replies):
-        question.case.seconds = seconds
+        question.case.seconds, question.case.clock = seconds, clock
         question.judge(question, reply)
     return sum(question.counts for question in questions)
 
@@ -195,9 +213,9 @@ def _judge_case(question: _Question, reply: Reply) -> None:
                                                                                       question.context["device"])
     if expected is not None or part.compare is not None:
         slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
-        _judged(case, part.compare_results, case, result, expected, slack)
+        _judged(case, result, expected, part.compare_results, case, result, expected, slack)
     if part.extra is not None:
-        _judged(case, part.extra, case, args, kwargs, result)
+        _judged(case, result, None, part.extra, case, args, kwargs, result)
 
 
 def _judge_meta(question: _Question, reply: Reply) -> None:
@@ -208,28 +226,78 @@ def answer_of(case: Case, reply: Reply) -> Any:
     """What the answer returned; fails the case if it raised, was not written, or is the autograder's."""
     _expect_an_own_answer(case, reply)
     if reply.error:
-        case.fail(f"raised {reply.error}")
+        case.fail(f"raised {kernel_error(reply.error, hidden=case.hidden)}")
     return reply.result
+
+
+def kernel_error(error: str, hidden: bool = False) -> str:
+    """What a grade shows of ``"TypeName: message"`` that an answer raised: the message's :func:`excerpt`;
+    for a hidden case the type alone (the grader's own words: the message could quote the hidden input)."""
+    kind, _, message = error.partition(": ")
+    kind = excerpt(kind, limit=60)
+    if hidden:
+        return f"{kind} (its message is not shown for a hidden case)"
+    return f"{kind}: {excerpt(message)}" if message else kind
 
 
 def _expect_an_own_answer(case: Case, reply: Reply) -> None:
     """The answer exists, is written, and is not the autograder's own."""
     if reply.missing:
-        raise NotDefined(f"{case.part}: {reply.missing}")
+        raise NotDefined(f"{case.part}: {excerpt(reply.missing)}")
     if reply.module.startswith("autograder"):
-        case.fail(f"is from the autograder package (`{reply.module}`); write your own implementation in the notebook")
+        case.fail(f"is from the autograder package (`{excerpt(reply.module, limit=60)}`); write your own "
+                  "implementation in the notebook")
     if reply.unanswered:
         raise NotImplementedError(f"{case.part}: not answered yet (it still raises NotImplementedError)")
 
 
-def _judged(case: Case, assertion: Callable, *args) -> None:
-    """Run a judge's assertion on a reply's data: data of an unexpected kind fails the case, saying so."""
+#: What a check's code raises on data of a kind it did not expect (a tuple where a tensor was due).
+_MALFORMED = (TypeError, ValueError, AttributeError, LookupError)
+
+
+def _judged(case: Case, result: Any, expected: Any, assertion: Callable, *args) -> None:
+    """Run a check's ``assertion(*args)`` on a reply's ``result``; ``expected`` is the reference's, if known.
+
+    A :class:`CheckFailed` is the answer's fault. Another exception is the answer's too when its
+    result is not of the kind the check expects (not that of ``expected``; where there is none,
+    an exception of the kinds that malformed data raises): the case fails, saying so. Anything
+    else is the course's fault (:class:`JudgeFault`), never a student's zero.
+    """
     try:
         assertion(*args)
-    except (AssertionError, NotImplementedError):
+    except (CheckFailed, NotImplementedError):
         raise
-    except Exception as error:  # noqa: BLE001 - e.g. a tuple where a tensor was due
-        case.fail(f"returned something that cannot be checked ({type(error).__name__}: {error})")
+    except Exception as error:  # noqa: BLE001 - sorted below: the answer's data, or the course's code
+        malformed = kind_of(result) != kind_of(expected) if expected is not None else isinstance(error, _MALFORMED)
+        if malformed:
+            case.fail(f"returned something that cannot be checked ({type(error).__name__}: {excerpt(error)})")
+        raise JudgeFault(f"{case.part}: the check's own code failed on {case.inputs}: "
+                         f"{type(error).__name__}: {error} ({where_raised(error)})") from error
+
+
+def where_raised(error: BaseException) -> str:
+    """``file:line in function`` of the innermost frame of ``error``'s traceback, for the instructor."""
+    import traceback
+
+    frames = traceback.extract_tb(error.__traceback__)
+    if not frames:
+        return "no traceback"
+    frame = frames[-1]
+    return f"{frame.filename}:{frame.lineno} in {frame.name}"
+
+
+def kind_of(value: Any) -> Any:
+    """The structure of a result, without its values: ``"tensor"``, ``"number"``, a tuple of the kinds of
+    a tuple's or list's items, a dict's keys with their kinds, else the type's name."""
+    if isinstance(value, torch.Tensor):
+        return "tensor"
+    if isinstance(value, (bool, int, float)):
+        return "number"
+    if isinstance(value, (tuple, list)):
+        return tuple(kind_of(item) for item in value)
+    if isinstance(value, dict):
+        return tuple(sorted((str(key), kind_of(item)) for key, item in value.items()))
+    return type(value).__name__
 
 
 def _copy(value: Any) -> Any:
@@ -286,7 +354,7 @@ def wrong_device_message(detail: Any) -> str:
 
 def _judge_probe(question: _Question, reply: Reply) -> None:
     result = answer_of(question.case, reply)
-    _judged(question.case, question.context["probe"].check, question.case, *question.kept, result)
+    _judged(question.case, result, None, question.context["probe"].check, question.case, *question.kept, result)
 
 
 def _argument_questions(check: ArgumentCheck) -> list[_Question]:
@@ -308,8 +376,35 @@ def _judge_argument(question: _Question, reply: Reply) -> None:
     _expect_an_own_answer(case, reply)
     kind, _, message = reply.error.partition(": ")
     if kind == "ValueError":
-        case.check(argument in message, f"the ValueError should name `{argument}`; its message was: {message}")
+        case.check(argument in message, f"the ValueError should name `{argument}`; its message was: {excerpt(message)}")
     elif reply.error:
-        case.fail(f"should raise ValueError naming `{argument}`, raised {reply.error}")
+        case.fail(f"should raise ValueError naming `{argument}`, raised {kernel_error(reply.error)}")
     else:
         case.fail(f"should raise ValueError naming `{argument}`, but returned normally")
+
+
+# --------------------------------------------------------------------------------------
+# What a verdict takes on the kernel's word
+# --------------------------------------------------------------------------------------
+
+
+def kernel_reports(declaration: Part | ArgumentCheck) -> list[str]:
+    """What a passing verdict on ``declaration`` takes on the word of the answer's process, in words.
+
+    That is what the course's code in the kernel observes (which library attention was
+    called, the inputs after the call, the ``meta`` replay, a probe's measurements) and what
+    a kernel could make up without computing the answer: replies to inputs that are the same
+    for every student (a probe's, the bad arguments'). A kernel whose course code a submission
+    changed can forge these; results compared with the reference on the judge's inputs it
+    cannot. ``[]`` for a part judged on those results alone.
+    """
+    if isinstance(declaration, ArgumentCheck):
+        return ["the errors it raises on fixed bad arguments"]
+    reports = [f"its '{probe.name}' probe" for probe in declaration.probes]
+    if declaration.forbid_library:
+        reports.append("which library attention it calls")
+    if declaration.arguments:
+        reports.append("whether it changes its inputs in place")
+    if declaration.meta:
+        reports.append("its replay on the meta device (fixed devices)")
+    return reports

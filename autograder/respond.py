@@ -29,6 +29,7 @@ import torch
 from . import wire
 from .core import functions_of, tripwires
 from .parts import ArgumentCheck, Part, helpers
+from .text import clean
 
 #: The roles a request may ask for besides a probe's name.
 CASES, ARGUMENTS = "cases", "arguments"
@@ -93,7 +94,8 @@ class Reply:
 
 
 def _text(value: Any, limit: int = 2000) -> str:
-    return value[:limit] if isinstance(value, str) else ""
+    """A text field of a reply: cut to ``limit`` characters and storable (:func:`~autograder.text.clean`), or ``""``."""
+    return clean(value[:limit]) if isinstance(value, str) else ""
 
 
 def respond(declaration: Part | ArgumentCheck, answer: Any, request: Request,

@@ -147,15 +147,18 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
                             "judge_module = pkgutil.resolve_name('autograder.judge')\n"
                             "judge_module.judge = lambda *a, **k: 1",
     }
+    # the two that assign into the course's modules are flagged by the grader's scan (13.): the parts passed on
+    # what the kernel reports need a look, the wrong answer keeps its failure
     for student, patch in patches.items():
-        add(student, answer(solution, "window_mask", WRONG_WINDOW + "\n" + patch), expect(window_mask="failed"))
+        statuses = flagged if student in ("patches_autograder", "swaps_check_code") else expect
+        add(student, answer(solution, "window_mask", WRONG_WINDOW + "\n" + patch), statuses(window_mask="failed"))
     add("tensor_subclass", answer(solution, "window_mask", _always_equal_tensors()), expect(window_mask="failed"))
     # every error reply of the kernel turned into "ok", and the respondent made to reply `True` to everything
     forged = copy.deepcopy(blank)
     after_imports = forged["cells"].index(cells_with(forged, "imports")[0]) + 1
     forged["cells"].insert(after_imports, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
                                            "source": FORGED_REPLIES})
-    add("forges_replies", forged, {p: "failed" for p in PARTS})
+    add("forges_replies", forged, {p: "failed" for p in PARTS})  # flagged, but nothing passed to withhold
     add("calls_references", answer(solution, "window_mask", CALLS_THE_REFERENCE), expect(window_mask="failed"))
 
     # what a submission prints or displays never carries a script, a key or a hidden test into the pages
@@ -220,7 +223,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
         kernel.session.key = key
         kernel.iopub_socket.send_multipart([b'<IDS|MSG>', b'0' * 64, b'{', b'', b'', b''])
         kernel.iopub_socket.send_multipart([b'no delimiter'])
-        """)), expect())
+        """)), flagged())  # the kernel object reached: flagged (13.), every part needs a look
     if _cgroups():
         add("fork_bomb", answer(solution, "window_mask", _if_it_leaks("""
             import subprocess
@@ -247,7 +250,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
                 leaked = True
             except OSError:
                 pass
-            """)), expect(window_mask="failed"))
+            """)), flagged(window_mask="failed"))  # ipykernel imported: flagged (13.)
         add("memory_outside_the_heap", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent("""
             import mmap
             block = mmap.mmap(-1, 6 * 2**30)  # shared memory: not data memory, counted by the cgroup
@@ -257,6 +260,44 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
 
     # 9. answers hard-coded to the visible cases
     add("hard_coded", answer(solution, "window_mask", _hard_coded_window()), expect(window_mask="failed"))
+
+    # 10. text as untrusted bytes: odd characters in what a kernel sends, hidden inputs kept hidden
+    # a lone surrogate (JSON's "\ud800") in a message, in printed output, and in a comment that never runs
+    add("surrogate_message", answer(solution, "window_mask", "def window_mask(q, k, radius, device=None):\n"
+                                                             "    raise ValueError('\\ud800 \\x00 \\x1b[2J odd')"),
+        expect(window_mask="failed"))
+    add("surrogate_output", answer(solution, "window_mask", RIGHT_WINDOW + "\nprint('\\ud800 \\x00 odd')\n"), expect())
+    in_comment = answer(solution, "window_mask", RIGHT_WINDOW + "\n# a comment with a lone surrogate: \ud800\n")
+    in_comment["cells"].append({"cell_type": "markdown", "metadata": {}, "source": "never runs: \ud800"})
+    add("surrogate_in_comment", in_comment, expect())
+    # the hidden inputs the answer saw, raised in a later part's bad-arguments case
+    add("leaks_hidden_inputs", _after(_after(solution, "masked_softmax", RECORDS_INPUTS), "test_masked_attention",
+                                      RAISES_WHAT_IT_SAW), expect(masked_attention_arguments="failed"))
+
+    # 11. the grader's own memory and workers: oracle arguments, output while judged, oversized files
+    add("oversized_notebook", oversized(solution, 21 * 2**20), {p: "error" for p in PARTS})  # default limit: 20 MiB
+
+    # 12. fair time: CPU share and time limits that measure the student's own work
+    # (and, from 11., output while judged: 1 GB printed by an answer while its part is judged, read and dropped)
+    add("output_flood_while_judged", answer(solution, "window_mask", floods_while_judged(100, 10)), expect())
+
+    # 13. forgeries of what is observed inside the kernel
+    # the respondent replaced in the kernel, to forge what it observes there: answers that change their input in
+    # place, create a mask on a fixed device and call library attention would pass. The scan flags the cell: every
+    # part the kernel reports on needs a look, and the wrong window_mask keeps its honest failure
+    forger = _after(solution, "imports", FORGES_THE_RESPONDENT)
+    for grade_id, code in (("masked_softmax", IN_PLACE_SOFTMAX), ("causal_mask", FIXED_DEVICE_CAUSAL),
+                           ("masked_attention", LIBRARY_ATTENTION), ("window_mask", WRONG_WINDOW)):
+        forger = answer(forger, grade_id, code)
+    add("forges_the_respondent", forger, flagged(window_mask="failed"))
+    # ATen's math attention called directly, in the part that forbids library attention: its points withheld as
+    # for F.scaled_dot_product_attention; the private name (torch.ops) is flagged too
+    add("calls_aten_attention", answer(solution, "masked_attention", ATEN_ATTENTION.format(operators="torch.ops.aten")),
+        flagged(masked_attention="failed"))
+    # the same reached by a name the scan cannot read: withheld by the tripwire alone, the other parts pass
+    add("calls_aten_attention_unseen", answer(solution, "masked_attention",
+                                              ATEN_ATTENTION.format(operators="getattr(torch, 'o' + 'ps').aten")),
+        expect(masked_attention="failed"))
     return entries
 
 
@@ -306,6 +347,36 @@ def window_mask(num_queries, num_keys, radius, device=None):
         spec.loader.exec_module(reference)
     return reference.window_mask(num_queries, num_keys, radius, device)
 """
+
+
+#: (10.) After masked_softmax's answer: every input the answer is called on is kept, hidden cases' included.
+RECORDS_INPUTS = """
+SEEN = []
+_right_masked_softmax = masked_softmax
+
+def masked_softmax(X, valid_lens):
+    SEEN.append(X.detach().cpu().flatten()[:64].tolist())
+    return _right_masked_softmax(X, valid_lens)
+"""
+#: (10.) Before the bad-arguments test: a ValueError that carries what masked_softmax saw, not the argument's name.
+RAISES_WHAT_IT_SAW = """
+_right_masked_attention = masked_attention
+
+def masked_attention(*args, **kwargs):
+    try:
+        return _right_masked_attention(*args, **kwargs)
+    except ValueError:
+        raise ValueError('seen: ' + repr(SEEN[-1])) from None
+"""
+
+
+def _after(nb: dict, grade_id: str, code: str) -> dict:
+    """A copy of ``nb`` with a code cell of the student's own holding ``code`` right after cell ``grade_id``."""
+    nb = copy.deepcopy(nb)
+    index = nb["cells"].index(cells_with(nb, grade_id)[0])
+    nb["cells"].insert(index + 1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                   "source": textwrap.dedent(code).strip() + "\n"})
+    return nb
 
 
 def _cgroups() -> bool:
@@ -360,3 +431,102 @@ def write(course: Path, student: str, notebook, assignment: str = ASSIGNMENT) ->
         (folder / f"{assignment}.ipynb").write_text(json.dumps(notebook))
     (folder / "timestamp.txt").write_text("2026-11-20 12:00:00.000000 UTC")
 
+
+# 12. fair time, and output while judged
+
+
+def floods_while_judged(messages: int, megabytes: int) -> str:
+    """A right ``window_mask`` that prints ``messages`` x ``megabytes`` MB on its first call, that is while it
+    is judged (test cells do not run at grading)."""
+    return RIGHT_WINDOW.replace("def window_mask", "def _right_window_mask") + textwrap.dedent(f"""
+        FLOODED = []
+
+        def window_mask(num_queries, num_keys, radius, device=None):
+            while len(FLOODED) < {messages}:
+                FLOODED.append(print('x' * {megabytes * 10**6}, flush=True))
+            return _right_window_mask(num_queries, num_keys, radius, device)
+        """)
+
+
+# 11. (oversized files) A notebook made larger than ``size`` bytes by one cell: refused before it is read.
+def oversized(nb: dict, size: int) -> dict:
+    """A copy of ``nb`` with one more code cell, a comment of ``size`` bytes."""
+    nb = copy.deepcopy(nb)
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                        "source": "# " + "x" * size + "\n"})
+    return nb
+
+
+
+# 13. forgeries of what is observed inside the kernel
+
+
+def flagged(**changes: str) -> dict[str, str]:
+    """The statuses of a notebook the tampering scan flags: every part ``needs a look`` (each part of 03_masking
+    passes on something the kernel reports: a probe, the meta replay, its inputs after the call, library calls,
+    its errors on fixed bad arguments) except those named (by the answer's name), which keep another status."""
+    return {part: changes.get(part.removeprefix("test_"), "needs a look") for part in PARTS}
+
+
+#: A cell that replaces the kernel's respondent: each reply says no library attention was called, sends back the
+#: inputs as they were before the call, and makes every replay on the meta device inconclusive.
+FORGES_THE_RESPONDENT = """
+import copy
+import autograder.respond as respondent
+genuine = respondent.respond
+
+def on_meta(value):
+    device = value if isinstance(value, torch.device) else getattr(value, 'device', None)
+    return isinstance(device, torch.device) and device.type == 'meta'
+
+def forged(declaration, answer, request, earlier=None):
+    if any(on_meta(value) for value in [*request.args, *request.kwargs.values()]):
+        return respondent.Reply(error='RuntimeError: not supported on meta')  # inconclusive, never a device fault
+    before = copy.deepcopy((request.args, request.kwargs))
+    request.library = False
+    reply = genuine(declaration, answer, request, earlier)
+    reply.after, reply.library = before, []
+    return reply
+
+respondent.respond = forged
+"""
+#: masked_softmax that fills the caller's scores in place.
+IN_PLACE_SOFTMAX = """
+def masked_softmax(X, valid_lens):
+    if valid_lens is None:
+        return torch.softmax(X, dim=-1)
+    lens = valid_lens[:, None, None] if valid_lens.dim() == 1 else valid_lens[:, :, None]
+    mask = (torch.arange(X.shape[-1], device=X.device) < lens).expand_as(X)
+    has_key = mask.any(dim=-1, keepdim=True)
+    X.masked_fill_(~mask, float('-inf'))  # changes the caller's scores
+    return torch.softmax(X.masked_fill(~has_key, 0.0), dim=-1) * mask
+"""
+#: causal_mask with its rows on the CPU whatever device is asked for.
+FIXED_DEVICE_CAUSAL = """
+def causal_mask(num_queries, num_keys, device=None):
+    rows = torch.arange(num_queries)[:, None]  # on the CPU, whatever the device
+    return rows >= torch.arange(num_keys, device=device)[None, :]
+"""
+#: masked_attention's argument checks, then its mask made additive (0 where a key is allowed, -inf elsewhere).
+_CHECKED_ARGUMENTS = """
+def masked_attention(queries, keys, values, mask=None):
+    if keys.shape[-1] != queries.shape[-1]:
+        raise ValueError('keys must have the width d of the queries')
+    if values.shape[-2] != keys.shape[-2]:
+        raise ValueError('values must have one row per key')
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError('mask must be a bool tensor (True = may attend)')
+    if mask is not None:
+        mask = torch.zeros(mask.shape, dtype=queries.dtype, device=queries.device).masked_fill(~mask, float('-inf'))
+"""
+#: masked_attention by ATen's math path, reached as ``{operators}`` (it returns the weights too).
+ATEN_ATTENTION = _CHECKED_ARGUMENTS + """
+    output, weights = {operators}._scaled_dot_product_attention_math(queries, keys, values, attn_mask=mask)
+    return output.nan_to_num(0.0), weights.nan_to_num(0.0)
+"""
+#: masked_attention by torch.nn.functional.scaled_dot_product_attention, its weights computed beside it.
+LIBRARY_ATTENTION = "import torch.nn.functional as F\n" + _CHECKED_ARGUMENTS + """
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1]) + (0 if mask is None else mask)
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask).nan_to_num(0.0), weights
+"""

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import json
+from collections import Counter
+from types import SimpleNamespace
 import math
 
 import nbformat
@@ -595,7 +597,9 @@ def test_a_malformed_reply_is_a_reply_that_says_so():
 
 
 def _respondent(declaration=None):
-    respondent = KernelRespondent(None, declaration or ch03_masking.MASKED_ATTENTION, "check_masked_attention",
+    """A kernel respondent whose session only tallies the oracle calls it refuses (no kernel is asked)."""
+    session = SimpleNamespace(oracle_refused=Counter())
+    respondent = KernelRespondent(session, declaration or ch03_masking.MASKED_ATTENTION, "check_masked_attention",
                                   "test_masked_attention", "masked_attention", deadline=0.0)
     respondent._oracles, respondent._budget, respondent._replies = set(), 100, None
     return respondent
@@ -640,6 +644,7 @@ def test_an_oracle_answers_only_what_this_part_may_call_on_inputs_of_its_size():
     huge = respondent._answer(_prompt("oracle", {"name": "ch01_nadaraya_watson:leave_one_out",
                                                  "args": (torch.zeros(10**4), torch.zeros(10**4)), "kwargs": {}}))
     assert huge.startswith("error") and "larger" in huge
+    assert respondent.session.oracle_refused == {"leave_one_out": 1}  # for the run's summary
     raised = respondent._answer(_prompt("oracle", {"name": "ch01_nadaraya_watson:leave_one_out",
                                                    "args": (torch.zeros(1), torch.zeros(1)), "kwargs": {}}))
     assert raised.startswith("error ValueError")
@@ -773,3 +778,259 @@ def test_read_submission_upgrades_an_nbformat_3_notebook(tmp_path):
     assert assembled.unanswered == {"causal_mask": False, "padding_mask": True}
 
 
+
+
+# --------------------------------------------------------------------------------------
+# Fair time: a kernel's CPU share, its CPU time, and training inside the timed call
+# --------------------------------------------------------------------------------------
+
+#: Waits for a line, then burns the CPU in two processes for 1.5 s of wall time.
+BURNS_TWO_CPUS = "import os, sys, time\nsys.stdin.readline()\nos.fork()\nend = time.monotonic() + 1.5\n" \
+                 "while time.monotonic() < end:\n    pass\n"
+
+
+def test_a_kernel_cgroup_gets_a_cpu_quota_of_its_threads_and_counts_its_cpu_time():
+    import subprocess
+    import sys
+    import time
+
+    from autograder.grading import limits
+
+    hierarchy = limits.available()
+    if not isinstance(hierarchy, limits.Hierarchy) or hierarchy.cpu is None or hierarchy.cpuacct is None:
+        pytest.skip(f"no cpu and cpuacct cgroup here: {hierarchy}")
+    cgroup = limits.KernelCgroup(hierarchy, memory_bytes=256 * 2**20, processes=16, cpus=1)
+    try:
+        if hierarchy.version == 1:
+            assert (cgroup.cpu / "cpu.cfs_quota_us").read_text().split() == [str(limits.CPU_PERIOD_US)]
+            assert (cgroup.cpu / "cpu.shares").read_text().split() == ["1024"]
+        else:
+            assert (cgroup.cpu / "cpu.max").read_text().split() == [str(limits.CPU_PERIOD_US)] * 2
+        assert cgroup.cpu_seconds() == 0
+        burner = subprocess.Popen([sys.executable, "-c", BURNS_TWO_CPUS], stdin=subprocess.PIPE, text=True)
+        cgroup.add(burner.pid)
+        burner.communicate("go\n", timeout=30)
+        time.sleep(0.3)  # the forked one ends on its own
+        used = cgroup.cpu_seconds()
+        # two busy processes for 1.5 s: up to 3 s of CPU on two idle cores, at most about 1.5 s under a one-CPU quota
+        assert 0.1 < used < 1.5 + 0.3, used
+    finally:
+        cgroup.close()
+    assert cgroup.cpu_seconds() is None
+
+
+def test_backward_passes_are_counted_only_inside_the_block():
+    from autograder.core import counting_backward_passes
+
+    weight = torch.ones(3, requires_grad=True)
+    with counting_backward_passes() as passes:
+        (weight * 2).sum().backward()
+        torch.autograd.grad((weight ** 2).sum(), weight)
+    assert passes[0] >= 2
+    counted = passes[0]
+    (weight * 3).sum().backward()
+    assert passes[0] == counted and torch.Tensor.backward.__name__ == "backward"
+
+
+def test_a_training_outside_the_call_or_over_its_cpu_time_fails_saying_which_clock():
+    from autograder.core import Case, expect_trained_in_time
+
+    case = Case("train_sorting_transformer", "train_sorting_transformer(seed=5)", seed=5)
+    with pytest.raises(AssertionError, match="the model was not trained inside train_sorting_transformer"):
+        expect_trained_in_time(case, torch.zeros(2), 0.99, 0, limit=90)
+    case.seconds, case.clock = 100.0, "CPU time"
+    with pytest.raises(AssertionError, match="took 100 s of CPU time; it must finish within 90 s of CPU time"):
+        expect_trained_in_time(case, torch.zeros(2), 0.99, 300, limit=90)
+    case.seconds = 10.0
+    expect_trained_in_time(case, torch.zeros(2), 0.99, 300, limit=90)
+
+
+# --------------------------------------------------------------------------------------
+# The grader's own memory and workers: oracle arguments, grading forks, oversized files
+# --------------------------------------------------------------------------------------
+
+TABLE_ORACLE = "ch05_positional_encoding:sinusoidal_encoding"
+
+
+def _module_respondent():
+    """A respondent for assignment 05's PositionalEncoding, budgeted for a case ``X (2, 20, 16), max_len=50``."""
+    from autograder.ch05_positional_encoding import MODULE
+    from autograder.grading.kernel_respondent import ORACLE_FACTOR, ORACLE_SLACK, _elements
+
+    respondent = _respondent(MODULE)
+    respondent._oracles = set(respondent._dependencies())
+    respondent._budget = ORACLE_FACTOR * _elements((torch.zeros(2, 20, 16), 50)) + ORACLE_SLACK
+    return respondent
+
+
+def test_what_an_oracle_call_may_compute_counts_the_integers_that_size_its_result():
+    from autograder.grading.kernel_respondent import _elements
+
+    assert _elements((torch.zeros(2, 3), 50_000, 2_000)) == 6 + 10**8
+    assert _elements(((3, [4]), {"n": 5, "flag": True, "dim": -1, "scale": 2.5})) == 60  # bools, negatives, floats: 0
+    respondent = _module_respondent()
+    table = respondent._answer(_prompt("oracle", {"name": TABLE_ORACLE, "args": (50, 16), "kwargs": {}}))
+    assert table.startswith("ok ") and wire.unpack(base64.b64decode(table[3:])).shape == (50, 16)
+    for args, kwargs in [((50_000, 2_000), {}), ((), {"max_len": 50_000, "num_hiddens": 2_000})]:
+        bomb = respondent._answer(_prompt("oracle", {"name": TABLE_ORACLE, "args": args, "kwargs": kwargs}))
+        assert bomb.startswith("error the grader refuses") and "100,000,000 elements" in bomb, bomb
+
+
+@pytest.mark.parametrize("error", [MemoryError(), RuntimeError("DefaultCPUAllocator: can't allocate memory: ...")],
+                         ids=["MemoryError", "the CPU allocator"])
+def test_an_oracle_that_runs_out_of_memory_answers_an_error(monkeypatch, error):
+    from autograder.reference import ch05_positional_encoding as ref05
+
+    def exhausted(*args, **kwargs):
+        raise error
+
+    monkeypatch.setitem(ref05.REFERENCES, "sinusoidal_encoding", exhausted)
+    answer = _module_respondent()._answer(_prompt("oracle", {"name": TABLE_ORACLE, "args": (50, 16), "kwargs": {}}))
+    assert answer == "error the grader ran out of its own memory computing it (the grading worker's data limit)"
+
+
+def _data_memory() -> int:
+    """This process's data memory now (``VmData``), in bytes: what ``RLIMIT_DATA`` is measured against."""
+    line = next(line for line in open("/proc/self/status") if line.startswith("VmData:"))
+    return int(line.split()[1]) * 1024
+
+
+def test_a_grading_fork_runs_under_its_data_limit_and_an_oracle_past_it_fails_alone():
+    """A table of 4 * 10**8 float64 (3.2 GB) asked within a generous budget, in a fork given 1 GiB more than
+    this process holds: the reference's allocation fails in the fork, which answers an error and lives on."""
+    import resource
+
+    from autograder.grading.forks import ForkPool
+
+    def ask_for_a_huge_table():
+        respondent = _module_respondent()
+        respondent._budget = 10**12
+        answer = respondent._answer(_prompt("oracle", {"name": TABLE_ORACLE, "args": (20_000, 20_000), "kwargs": {}}))
+        return resource.getrlimit(resource.RLIMIT_DATA), answer
+
+    data = _data_memory() + 2**30
+    (limit, hard), answer = dict(ForkPool(ask_for_a_huge_table, 1, data).results({"ada": ()}))["ada"]
+    assert (limit, hard) == (data, resource.getrlimit(resource.RLIMIT_DATA)[1]), "the soft limit only"
+    assert "ran out of its own memory" in answer, answer
+
+
+def _dies_or_returns(what: str, marker=None):
+    """A grading task for the fork pool's tests: it dies (always, or the first time), raises, or returns."""
+    import os
+    import signal
+
+    if what == "dies" or (what == "dies once" and not marker.exists()):
+        if marker is not None:
+            marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    if what == "raises":
+        raise ValueError("a bug of the grader's")
+    return f"graded ({what})"
+
+
+def test_a_grading_fork_that_dies_is_replaced_its_student_tried_once_more_and_no_one_else_is_affected(tmp_path):
+    from autograder.grading.forks import ForkPool
+
+    tasks = {"ada": ("fine",), "ben": ("dies",), "cy": ("dies once", tmp_path / "died"), "dee": ("raises",),
+             "eve": ("fine",)}
+    results = dict(ForkPool(_dies_or_returns, 2, 2**40).results(tasks))
+    assert results == {"ada": "graded (fine)", "eve": "graded (fine)", "cy": "graded (dies once)",
+                       "dee": "ValueError: a bug of the grader's",
+                       "ben": "the grading worker was killed by signal 9 (SIGKILL), probably out of memory "
+                              "(tried 2 times)"}
+
+
+def test_what_a_dead_grading_fork_left_is_removed(tmp_path):
+    """Its temporary folders, and its kernels' cgroups with what still runs in them (where cgroups can be made)."""
+    import os
+    import signal
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from autograder.grading import limits
+    from autograder.grading.forks import ForkPool
+
+    hierarchy = limits.available()
+
+    def leave_and_die():
+        Path(tempfile.mkdtemp(prefix="autograder-")).joinpath("work").write_text("a kernel's file")
+        left = {"folder": tempfile.gettempdir(), "cgroups": [], "process": None}
+        if isinstance(hierarchy, limits.Hierarchy):
+            cgroup = limits.KernelCgroup(hierarchy, memory_bytes=256 * 2**20, processes=16, cpus=1)
+            sleeper = subprocess.Popen(["sleep", "60"])
+            cgroup.add(sleeper.pid)
+            left.update(cgroups=[str(folder) for folder in cgroup.folders], process=sleeper.pid)
+        (tmp_path / "left.json").write_text(json.dumps(left))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    outcome = dict(ForkPool(leave_and_die, 1, 2**40).results({"ada": ()}))["ada"]
+    assert outcome.startswith("the grading worker was killed by signal 9"), outcome
+    left = json.loads((tmp_path / "left.json").read_text())  # what the second try left
+    assert "autograder-worker-" in left["folder"] and not Path(left["folder"]).exists()
+    assert not any(Path(folder).exists() for folder in left["cgroups"])
+    if left["process"] is not None:
+        assert _gone(left["process"]), "a process of the dead fork's kernel still runs"
+
+
+def _gone(pid: int) -> bool:
+    """Whether process ``pid`` has ended (a zombie not yet reaped by init counts as ended)."""
+    import time
+    from pathlib import Path
+
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            state = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                         if line.startswith("State:"))
+        except FileNotFoundError:
+            return True
+        if "Z" in state.split()[1]:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_an_oversized_notebook_is_refused_unread_every_part_an_error():
+    from autograder.grading.assignment import Oversized, grade_task
+    from autograder.grading.sandbox import Limits
+
+    outcome = grade_task(nbformat.writes(source_notebook()), "toy.ipynb", Oversized(30 * 2**20, 20 * 2**20),
+                         Limits(sandbox=False), "key")
+    assert [(r["part"], r["status"], r["score"]) for r in outcome["results"]] == [
+        ("test_causal_mask", "error", 0.0), ("test_padding_mask", "error", 0.0)]
+    assert all("30.0 MiB, more than the 20 MiB" in r["message"] for r in outcome["results"])
+    assert outcome["autograded"] is None
+
+
+def test_a_bubblewrapped_kernel_binds_no_folder_of_the_host_but_its_sockets():
+    """Its working folder is in its own /tmp (memory of a fixed size), as a forked kernel's."""
+    from autograder.grading import sandbox
+
+    policy = sandbox.policy(sandbox.Limits())
+    command = sandbox.bwrap_command(policy, ["python"], "/tmp/autograder-x/sockets-y")
+    binds = [command[i + 1:i + 3] for i, argument in enumerate(command) if argument == "--bind"]
+    assert binds == [["/tmp/autograder-x/sockets-y", "/tmp/autograder-x/sockets-y"]]
+    assert any(command[i:i + 2] == ["--tmpfs", "/tmp"] for i in range(len(command)))
+    assert command[command.index("--chdir") + 1] == "/tmp/work"
+
+
+def test_what_a_submission_did_to_the_grader_is_noted_for_the_runs_summary(tmp_path):
+    from pathlib import Path
+
+    from autograder.grading.assignment import GradeReport, summary
+    from autograder.grading.execute import KernelSession
+    from autograder.grading.sandbox import Limits
+
+    session = KernelSession(assemble(source_notebook(), answered()), Limits(), str(tmp_path))
+    assert session.notes() == []
+    session.output_dropped, session.restarts = 4500 * 2**20, 1
+    session.oracle_refused["sinusoidal_encoding"] += 2
+    notes = session.notes()
+    assert notes == ["printed 4,500 MiB while its answers were judged (read and dropped)",
+                     "asked the grader 2 times to compute `sinusoidal_encoding` on more than its part allows (refused)",
+                     "its kernel was lost and replaced 1 time while judged"]
+    report = GradeReport("05_positional_encoding", ["mallory", "ada"], [], {}, [], Path("grades.csv"), "sqlite://",
+                         1.0, notes={"mallory": notes})
+    line = next(line for line in summary(report).splitlines() if line.startswith("what submissions did"))
+    assert "mallory: printed 4,500 MiB" in line and "ada" not in line

@@ -124,6 +124,18 @@ def test_messages_say_what_went_wrong(graded):
     assert "not valid notebook JSON" in rows[("malformed_json", "test_causal_mask")]["message"]
 
 
+def test_odd_text_from_a_kernel_is_stored_replaced_and_hidden_inputs_stay_out_of_the_grades(graded):
+    course, _, _, _, _ = graded
+    rows = read_rows(course)
+    message = rows[("surrogate_message", "test_window_mask")]["message"]
+    assert "raised ValueError" in message and "\ufffd" in message and "\x1b" not in message, message
+    for student in ("surrogate_output", "surrogate_in_comment"):  # stored as UTF-8, read back
+        json.loads(notebook(course / "autograded" / student, A).read_text(encoding="utf-8"))
+    leaked = rows[("leaks_hidden_inputs", "test_masked_attention_arguments")]["message"]
+    assert "seen: [" in leaked and "[…]" in leaked, leaked  # the kernel's words, with the numbers elided
+    assert not re.search(r"(\d+\.\d+, ){4}", leaked), leaked
+
+
 def test_nothing_outside_a_sandbox_was_read_written_or_contacted(graded):
     course, _, _, listener, before = graded
     assert not (course / "pwned.txt").exists()
@@ -412,3 +424,107 @@ def test_the_grading_command_gives_the_solution_full_marks_and_the_blank_exercis
     lost = {part: (row["status"], row["message"][:300]) for part, row in solution.items() if row["status"] != "passed"}
     assert not lost, f"the solution loses points: {lost}"
     assert all(row["status"] == "failed" and float(row["score"]) == 0 for row in blank.values()), blank
+
+
+# --------------------------------------------------------------------------------------
+# Work a time limit covers happens inside the timed call
+# --------------------------------------------------------------------------------------
+
+#: A cell added after the answer: the training done there, before the test cell; the answer then returns it.
+TRAINED_BEFORE_THE_CALL = """
+_trained_before = train_sorting_transformer(seed=0)
+
+def train_sorting_transformer(seed=0):
+    return _trained_before
+"""
+
+
+def test_a_training_done_before_the_timed_call_fails_and_the_solution_passes(tmp_path):
+    course = make_course(tmp_path / "course")
+    solution = load(notebook(course / "solutions", "06_transformer"))
+    precomputed = json.loads(json.dumps(solution))
+    index = precomputed["cells"].index(S.cells_with(precomputed, "train_sorting_transformer")[0])
+    precomputed["cells"].insert(index + 1, {"cell_type": "code", "metadata": {}, "outputs": [],
+                                            "execution_count": None, "source": TRAINED_BEFORE_THE_CALL})
+    S.write(course, "solution", solution, assignment="06_transformer")
+    S.write(course, "precomputed", precomputed, assignment="06_transformer")
+    grade(course, "--workers", "2", assignment="06_transformer")
+    rows = read_rows(course, "06_transformer")
+    assert rows[("solution", "test_train_sorting_transformer")]["status"] == "passed"
+    cheat = rows[("precomputed", "test_train_sorting_transformer")]
+    assert cheat["status"] == "failed" and float(cheat["score"]) == 0
+    assert "the model was not trained inside train_sorting_transformer" in cheat["message"], cheat["message"]
+
+
+# --------------------------------------------------------------------------------------
+# The grader's own memory and workers: oracle arguments, oversized files, the host's disk
+# --------------------------------------------------------------------------------------
+
+POSITIONS = "05_positional_encoding"
+#: A module that asks the grader's reference, through its earlier part, for a table of 10**8 elements.
+ORACLE_BOMB = "super().__init__()\n        self.bomb = sinusoidal_encoding(50_000, 2_000)  # 10**8 elements"
+
+
+def test_an_oracle_bomb_fails_its_own_part_and_the_class_graded_beside_it_gets_full_marks(tmp_path):
+    """Two integers that size the reference's result count against the part's budget: refused, the worker unharmed."""
+    course = make_course(tmp_path)
+    solution = load(notebook(course / "solutions", POSITIONS))
+    bomb = json.loads(json.dumps(solution))
+    cell = S.cells_with(bomb, "PositionalEncoding")[0]
+    cell["source"] = "".join(cell["source"]).replace("super().__init__()", ORACLE_BOMB, 1)
+    assert ORACLE_BOMB in cell["source"]
+    for student in ("ada", "ben", "cy"):
+        S.write(course, student, solution, assignment=POSITIONS)
+    S.write(course, "bomb", bomb, assignment=POSITIONS)
+    result = grade(course, "--workers", "2", assignment=POSITIONS)
+    assert "NOT graded" not in result.stdout, result.stdout
+    rows = read_rows(course, POSITIONS)
+    for student in ("ada", "ben", "cy"):
+        lost = {part: row["message"][:200] for (s, part), row in rows.items() if s == student and row["status"] != "passed"}
+        assert not lost, f"{student} loses points beside the bomb: {lost}"
+    bombed = {part: row for (s, part), row in rows.items() if s == "bomb" and row["status"] != "passed"}
+    assert set(bombed) == {"test_PositionalEncoding"}, bombed  # its argument checks call the kernel's own table
+    message = bombed["test_PositionalEncoding"]["message"]
+    assert "the grader refuses to compute it" in message and "sinusoidal_encoding" in message, message
+
+
+def test_a_bubblewrapped_kernel_cannot_flood_the_disk_and_an_oversized_notebook_is_refused_unread(tmp_path):
+    """Without the zygote each kernel gets its own bubblewrap sandbox: its /tmp/work is memory of a fixed size too,
+    so 1.5 GiB written there fails (out of space, or the kernel out of its 1 GiB). A notebook over 1 MiB is not read."""
+    course = make_course(tmp_path)
+    solution = load(notebook(course / "solutions", A))
+    S.write(course, "correct", solution)
+    S.write(course, "disk_flood", S.answer(solution, "window_mask", S._if_it_leaks(DISK_FLOOD)))
+    S.write(course, "oversized", S.oversized(solution, 2**20))
+    command = grade_command(course, "--workers", "2", "--memory-mb", "1024", "--max-notebook-mb", "1")
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "AUTOGRADER_ZYGOTE": "0"})
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_rows(course)
+    assert {part: rows[("correct", part)]["status"] for part in S.PARTS} == S.expect()
+    flooded = {part: rows[("disk_flood", part)]["status"] for part in S.PARTS}
+    assert flooded.pop("test_window_mask") in ("failed", "error"), "1.5 GiB were written"  # out of space, or of memory
+    assert flooded == {part: "passed" for part in S.PARTS if part != "test_window_mask"}
+    for part in S.PARTS:
+        row = rows[("oversized", part)]
+        assert row["status"] == "error" and "MiB, more than the 1 MiB a submission may be" in row["message"], row
+
+
+#: Writes 1.5 GiB in the kernel's working folder, 128 MiB a file (a file may have 256 MiB).
+DISK_FLOOD = """
+leaked = False
+try:
+    for number in range(12):
+        with open(f'flood-{number}', 'wb') as flood:
+            for _ in range(128):
+                flood.write(b'x' * 2**20)
+    leaked = True
+except OSError:
+    pass
+"""
+
+
+def test_an_oversized_notebook_is_refused_with_its_size_and_the_limit(graded):
+    course, _, _, _, _ = graded
+    message = read_rows(course)[("oversized_notebook", "test_window_mask")]["message"]
+    assert "the notebook is 21.0 MiB, more than the 20 MiB a submission may be: it was not read" in message, message

@@ -36,8 +36,10 @@ def test_grade_takes_every_setting_as_a_keyword_and_nothing_else():
 def test_every_setting_is_an_option_of_the_command_with_its_declared_help():
     options = {"--memory-mb": "memory_mb", "--notebook-timeout": "notebook_timeout", "--workers": "workers",
                "--scheduler": "scheduler", "--scheduler-timeout": "scheduler_timeout", "--device": "device",
-               "--timeout": "timeout", "--secret-file": "secret_file", "--processes": "processes"}
+               "--timeout": "timeout", "--secret-file": "secret_file", "--processes": "processes",
+               "--grader-memory-mb": "grader_memory_mb", "--max-notebook-mb": "max_notebook_mb"}
     assert set(options.values()) | {"sandbox"} == set(setting_names())
+    assert cli.parse_args(["grade", "05", "--grader-memory-mb", "2048", "--max-notebook-mb", "5"]).max_notebook_mb == 5
     argv = ["grade", "03_masking", "--memory-mb", "1024", "--notebook-timeout", "30", "--workers", "3",
             "--scheduler", "tcp://h:8786", "--scheduler-timeout", "9", "--device", "cpu", "--timeout", "7.5",
             "--secret-file", "s", "--processes", "64", "--no-sandbox"]

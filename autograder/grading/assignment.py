@@ -9,9 +9,11 @@ fingerprint marks it done, so a run that is killed and started again regrades ex
 submissions without an up-to-date state file: nothing is lost, nothing counted twice.
 
 A worker that is lost (its machine or process dies) costs only a new try of the
-submissions it held: Dask runs them again on another worker, and a submission whose
-grading failed for a reason of the grader's own gets no grade and no state file, so the
-next run grades it.
+submissions it held: Dask runs them again on another worker, this machine's pool forks a
+new process for it (``forks.py``; each fork grades one submission, under a data limit of
+its own, ``--grader-memory-mb``), and a submission whose grading failed for a reason of the
+grader's own gets no grade and no state file, so the next run grades it. A submitted
+notebook larger than ``--max-notebook-mb`` is never read: every part is an error.
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import importlib
 import logging
-import multiprocessing
 import os
 import sys
 import tempfile
@@ -29,8 +31,6 @@ import uuid
 from datetime import datetime
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import as_completed as local_completed
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -39,11 +39,14 @@ import nbformat
 
 from .. import __version__
 from . import kernels
+from ..parts import reference_module
 from .execute import GradingEnvironmentError
-from .verdict import STATUSES, PartResult, grade_submission
+from .forks import ForkPool, failure
+from .verdict import NEEDS_A_LOOK, STATUSES, PartResult, all_parts, grade_submission
 from .gradebook import Course, ensure_assignment, manual_scores, read_timestamp, record, write_csv
 from .sandbox import Limits, check_bubblewrap
 from .sandbox import policy as sandbox_policy
+from ..text import clean
 from .secret import fingerprint, load_or_create, student_key
 from .settings import GradeSettings, course_config, resolve
 
@@ -61,6 +64,8 @@ class GradeReport:
             worker environment), with the reason: rerun to grade them.
         rows: every student's part results, as in the CSV.
         csv_path: the grades table; ``db_url``: the gradebook.
+        notes: per student graded in this run, what the submission did to the grader (output
+            flooded while judged, oracle calls refused, a file refused unread), if anything.
     """
 
     assignment: str
@@ -72,6 +77,7 @@ class GradeReport:
     db_url: str
     seconds: float
     settings: dict = field(default_factory=dict)
+    notes: dict[str, list[str]] = field(default_factory=dict)
 
 
 def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False, progress: bool = True,
@@ -79,7 +85,8 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
           processes: int | None = None, sandbox: bool | None = None, scheduler: str | None = None,
           scheduler_timeout: float | None = None,
           secret_file: str | Path | None = None, timeout: float | None = None,
-          workers: int | None = None) -> GradeReport:
+          workers: int | None = None, grader_memory_mb: int | None = None,
+          max_notebook_mb: int | None = None) -> GradeReport:
     """Grade the new and changed submissions of ``assignment`` in the nbgrader course at ``course_dir``.
 
     Every setting left at ``None`` comes from the course's ``nbgrader_config.py``
@@ -97,7 +104,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
                                 notebook_timeout=notebook_timeout, sandbox=sandbox, scheduler=scheduler,
                                 scheduler_timeout=scheduler_timeout,
                                 secret_file=None if secret_file is None else str(secret_file), timeout=timeout,
-                                workers=workers)
+                                workers=workers, grader_memory_mb=grader_memory_mb, max_notebook_mb=max_notebook_mb)
     for name, origin in origins.items():
         log.info("setting %s = %r (%s)", name, getattr(settings, name), origin)
     source_path = course.source_notebook(assignment)
@@ -113,7 +120,8 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     grading = json.dumps({"code": code_fingerprint(), "cell_seconds": limits.cell_seconds,
                           "notebook_seconds": limits.notebook_seconds, "memory_mb": limits.memory_mb,
                           "processes": limits.processes,
-                          "device": limits.device, "sandbox": limits.sandbox}, sort_keys=True)
+                          "device": limits.device, "sandbox": limits.sandbox,
+                          "max_notebook_mb": settings.max_notebook_mb}, sort_keys=True)
     fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret, grading) for s in students}
     todo = [s for s in students if force or _state(course, assignment, s).get("fingerprint") != fingerprints[s]]
     where = f"Dask scheduler {address}" if address else f"{settings.workers} workers"
@@ -122,11 +130,14 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     for line in sandbox_policy(limits).describe() if not address else ["limits: each Dask worker's, as its machine "
                                                                         "allows (its log says which)"]:
         print(line, flush=True)
-    tasks = {s: (nbformat.writes(source), source_path.name, _submission_bytes(course, assignment, s, source_path.name),
+    largest = settings.max_notebook_mb * 2**20
+    tasks = {s: (nbformat.writes(source), source_path.name,
+                 _submission_bytes(course, assignment, s, source_path.name, largest),
                  limits, student_key(secret, assignment, s)) for s in todo}
     bar = _Progress(len(todo), enabled=progress)
-    graded, not_graded = [], {}
-    results = _dask_results(tasks, address, settings.scheduler_timeout) if address else _local_results(tasks, settings.workers, limits)
+    graded, not_graded, notes = [], {}, {}
+    results = (_dask_results(tasks, address, settings.scheduler_timeout) if address else
+               _local_results(tasks, settings.workers, limits, settings.grader_memory_mb))
     try:
         for student, outcome in results:
             problem = outcome if isinstance(outcome, str) else _refusal(outcome)
@@ -136,8 +147,15 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
                 log.warning("%s: not graded: %s", student, problem)
                 not_graded[student] = problem
                 continue
-            _save(course, assignment, student, source_path, outcome, fingerprints[student])
+            try:
+                _save(course, assignment, student, source_path, outcome, fingerprints[student])
+            except (UnicodeError, ValueError) as error:  # one student's records, not the run: said, and regraded next run
+                log.warning("%s: not graded: its results could not be stored: %s", clean(student), error)
+                not_graded[student] = f"its results could not be stored ({type(error).__name__}: {error})"
+                continue
             graded.append(student)
+            if outcome["notes"]:
+                notes[student] = outcome["notes"]
             bar.step(student, outcome["results"], outcome["worker"], outcome["seconds"])
     finally:
         results.close()  # stops the workers' queue if recording failed
@@ -146,7 +164,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     write_csv(csv_path, rows)
     report = GradeReport(assignment, graded, [s for s in students if s not in todo], not_graded, rows, csv_path,
                          course.db_url, time.monotonic() - started,
-                         {name: getattr(settings, name) for name in origins})
+                         {name: getattr(settings, name) for name in origins}, notes)
     return report
 
 
@@ -155,33 +173,55 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
 # --------------------------------------------------------------------------------------
 
 
-def grade_task(source_json: str, notebook_name: str, submission: bytes | None, limits: Limits, key: str) -> dict:
+def grade_task(source_json: str, notebook_name: str, submission: bytes | Oversized | None, limits: Limits,
+               key: str) -> dict:
     """In a worker (a local process or a Dask worker): grade one submission from its bytes.
 
     Args:
         source_json: the instructor's source notebook.
         notebook_name: the file name the submission must have.
-        submission: the submitted notebook's bytes, ``None`` if it is missing.
+        submission: the submitted notebook's bytes, ``None`` if it is missing, :class:`Oversized`
+            if it was too large to read (every part an error).
         limits: the sandbox's limits; ``device="auto"`` is decided here, on the worker.
         key: the student's key of hidden cases (derived from the course secret); it stays in
             the worker's judge and never enters the student's kernel.
 
     Returns:
         ``results`` (part results as dicts), ``autograded`` (the executed notebook, JSON,
-        or ``None``), ``unanswered``, and, for the log and the checks of the caller,
+        or ``None``), ``unanswered``, ``notes`` (what the submission did to the grader, for the
+        run's summary), and, for the log and the checks of the caller,
         ``worker``, ``seconds`` and ``code`` (the fingerprint of the grading code).
     """
     started = time.monotonic()
     limits = _on_this_machine(limits)  # cached: checked once per worker process
     _log_policy(limits)
-    with tempfile.TemporaryDirectory(prefix="autograder-submission-") as folder:
-        path = Path(folder) / notebook_name
-        if submission is not None:
-            path.write_bytes(submission)
-        results, autograded, unanswered = grade_submission(nbformat.reads(source_json, as_version=4), path, limits, key)
-    return {"results": [r.as_dict() for r in results], "unanswered": unanswered,
-            "autograded": None if autograded is None else nbformat.writes(autograded),
-            "worker": _worker_name(), "seconds": time.monotonic() - started, "code": code_fingerprint()}
+    source = nbformat.reads(source_json, as_version=4)
+    if isinstance(submission, Oversized):
+        graded = all_parts(source, "error", submission.message(),
+                            notes=[f"a notebook of {submission.size / 2**20:,.0f} MiB, refused unread"])
+    else:
+        with tempfile.TemporaryDirectory(prefix="autograder-submission-") as folder:
+            path = Path(folder) / notebook_name
+            if submission is not None:
+                path.write_bytes(submission)
+            graded = grade_submission(source, path, limits, key)
+    return {"results": [r.as_dict() for r in graded.results], "unanswered": graded.unanswered,
+            "autograded": None if graded.autograded is None else nbformat.writes(graded.autograded),
+            "notes": graded.notes, "worker": _worker_name(), "seconds": time.monotonic() - started,
+            "code": code_fingerprint()}
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A submitted notebook larger than ``--max-notebook-mb``, in bytes: refused unread."""
+
+    size: int
+    limit: int
+
+    def message(self) -> str:
+        return (f"the notebook is {self.size / 2**20:.1f} MiB, more than the {self.limit / 2**20:g} MiB a submission "
+                "may be: it was not read (clear the outputs of large cells, or remove data pasted into cells, and "
+                "submit again)")
 
 
 @cache
@@ -216,11 +256,11 @@ def _log_policy(limits: Limits) -> None:
 
 
 def _worker_name() -> str:
+    """The Dask worker's name, or this process's id (Dask is not imported for it: a third of a second a fork)."""
+    distributed = sys.modules.get("distributed")  # every Dask worker has imported it
     try:
-        from distributed import get_worker
-
-        return str(get_worker().name)
-    except (ImportError, ValueError):
+        return str(distributed.get_worker().name) if distributed is not None else f"pid {os.getpid()}"
+    except ValueError:  # imported, but this is no Dask worker
         return f"pid {os.getpid()}"
 
 
@@ -237,24 +277,29 @@ def _refusal(outcome: dict) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _local_results(tasks: dict[str, tuple], workers: int, limits: Limits) -> Iterator[tuple[str, dict | str]]:
-    """``(student, outcome)`` as each finishes, from a pool of this machine's processes.
+def _local_results(tasks: dict[str, tuple], workers: int, limits: Limits,
+                   memory_mb: int) -> Iterator[tuple[str, dict | str]]:
+    """``(student, outcome)`` as each finishes, from forks of this process (``forks.py``), ``workers`` at once.
 
-    The outcome is the task's dict, or a string saying why the grader failed. The pool's
-    processes fork their kernels from one zygote, started here before they are forked.
+    The outcome is the task's dict, or a string saying why the grader failed. Each fork has
+    ``memory_mb`` MiB of data memory; it forks its kernels from one zygote, started here
+    first, and finds the checks and references already imported here.
     """
     if not tasks:
         return
     kernels.prestart(limits)
-    context = multiprocessing.get_context("fork")
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=context) as pool:
-        jobs = {pool.submit(grade_task, *arguments): student for student, arguments in tasks.items()}
-        try:
-            for job in local_completed(jobs):
-                yield jobs[job], _outcome(job)
-        finally:  # the caller stopped (the gradebook went away, Ctrl-C): grade nothing more
-            for job in jobs:
-                job.cancel()
+    _import_checks(next(iter(tasks.values()))[1])
+    yield from ForkPool(grade_task, workers, memory_mb * 2**20).results(tasks)
+
+
+def _import_checks(notebook_name: str) -> None:
+    """Import the assignment's checks and their references here, once, rather than in every fork."""
+    chapter = f"ch{Path(notebook_name).stem}"
+    try:
+        importlib.import_module(f"autograder.{chapter}")
+    except ModuleNotFoundError:
+        return  # no checks: each submission's grading says so
+    reference_module(chapter)
 
 
 def _dask_results(tasks: dict[str, tuple], address: str, wait: float) -> Iterator[tuple[str, dict | str]]:
@@ -299,7 +344,7 @@ def _outcome(job) -> dict | str:
     try:
         return job.result()
     except Exception as error:  # a lost worker, a broken environment: grade it in the next run
-        return f"{type(error).__name__}: {error}"
+        return failure(error)
 
 
 # --------------------------------------------------------------------------------------
@@ -339,9 +384,15 @@ def _secret(path: Path, origin: str, first_run: bool) -> bytes:
     return secret
 
 
-def _submission_bytes(course: Course, assignment: str, student: str, name: str) -> bytes | None:
+def _submission_bytes(course: Course, assignment: str, student: str, name: str,
+                      largest: int) -> bytes | Oversized | None:
+    """The submitted notebook's bytes; ``None`` if there is none; :class:`Oversized`, unread, if it has more
+    than ``largest`` bytes."""
     path = course.folder("submitted", assignment, student) / name
-    return path.read_bytes() if path.is_file() else None
+    if not path.is_file():
+        return None
+    size = path.stat().st_size
+    return Oversized(size, largest) if size > largest else path.read_bytes()
 
 
 def _save(course: Course, assignment: str, student: str, source_path: Path, outcome: dict, fingerprint: str) -> None:
@@ -373,7 +424,10 @@ def _fingerprint(course: Course, assignment: str, student: str, source_path: Pat
     folder = course.folder("submitted", assignment, student)
     for path in sorted(folder.rglob("*")):
         if path.is_file():
-            digest.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes())
+            digest.update(str(path.relative_to(folder)).encode() + b"\0")
+            with path.open("rb") as handle:  # in blocks: a submitted file of any size is hashed, never held
+                for block in iter(lambda: handle.read(2**20), b""):
+                    digest.update(block)
     return digest.hexdigest()
 
 
@@ -416,6 +470,7 @@ class _Progress:
         score = sum(r["score"] for r in results)
         best = sum(r["max_score"] for r in results)
         elapsed = time.monotonic() - self.started
+        student = clean(student, controls=True)  # a folder's name: any bytes
         log.info("%s: %g/%g, graded by %s in %.1f s", student, score, best, worker, seconds)
         if not self.enabled:
             return
@@ -438,8 +493,17 @@ def summary(report: GradeReport) -> str:
     if by_hand:
         lines.append(f"{len(by_hand)} scores set by hand in the gradebook count instead of the grader's "
                      "(the CSV's auto_score column keeps the grader's)")
+    flagged = sorted({row["student"] for row in report.rows if row["status"] == NEEDS_A_LOOK})
+    if flagged:
+        lines.append(f"{len(flagged)} submissions need a look (their own cells tamper with the course's code, the "
+                     "kernel or PyTorch's private entry points; points withheld on the parts the kernel reports on, "
+                     "each message says where): " + clean(", ".join(flagged), controls=True))
+    if report.notes:
+        lines.append("what submissions did to the grader (each held to its own limits; the rest of the class is "
+                     "graded as usual): " + "; ".join(clean(f"{student}: {', '.join(notes)}", controls=True)
+                                                      for student, notes in sorted(report.notes.items())))
     if report.not_graded:
         lines.append("NOT graded, the grader failed (run the command again to grade them): "
-                     + "; ".join(f"{s}: {why}" for s, why in sorted(report.not_graded.items())))
+                     + "; ".join(clean(f"{s}: {why}", controls=True) for s, why in sorted(report.not_graded.items())))
     lines += [f"grades: {report.csv_path}", f"gradebook: {report.db_url}"]
     return "\n".join(lines)

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable
 
@@ -36,10 +37,13 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbformat import NotebookNode
 
 from . import kernels
+from ..text import excerpt
 from .notebooks import Assembled
 from .sandbox import Limits
 
 MAX_RESTARTS = 3
+#: Output a kernel sends while judged that the run's summary mentions (a print or two is not worth a line).
+NOTED_OUTPUT_BYTES = 2**20
 
 
 @dataclass
@@ -100,6 +104,8 @@ class KernelSession:
         self.client: _Client | None = None
         self.sockets: str | None = None
         self.error = ""  # the error of the last exchange that failed, as the kernel named it
+        self.output_dropped = 0  # bytes the kernel sent on IOPub while it was asked something, read and dropped
+        self.oracle_refused: Counter[str] = Counter()  # per name, the oracle calls refused as too large
         self.reached = 0  # the cells before this index have run in the current kernel (or were replayed)
 
     # ---- the cells
@@ -154,8 +160,8 @@ class KernelSession:
         try:
             self.client.execute_cell(cell, index)
             return CellResult("ok")
-        except CellExecutionError as error:
-            return CellResult("error", f"{error.ename}: {error.evalue}")
+        except CellExecutionError as error:  # the kernel's words: shown cut short (text.excerpt)
+            return CellResult("error", f"{excerpt(error.ename, limit=60)}: {excerpt(error.evalue)}")
         except CellTimeoutError:
             return CellResult("timeout", f"the cell ran longer than {self.client.timeout} s")
         except DeadKernelError:
@@ -252,7 +258,7 @@ class KernelSession:
         kc = self.client.kc
         msg_id = kc.execute(code, silent=True, store_history=False, allow_stdin=True, stop_on_error=False)
         poller = zmq.asyncio.Poller()
-        for channel in (kc.shell_channel, kc.stdin_channel):
+        for channel in (kc.shell_channel, kc.stdin_channel, kc.iopub_channel):
             poller.register(channel.socket, zmq.POLLIN)
         while True:
             left = deadline - time.monotonic()
@@ -263,6 +269,8 @@ class KernelSession:
                 if not await self.client.km.is_alive():
                     raise KernelLost("the kernel died")
                 continue
+            if kc.iopub_channel.socket in ready:
+                await self._drop_output(kc.iopub_channel.socket)
             if kc.stdin_channel.socket in ready:
                 message = await kc.stdin_channel.get_msg(timeout=0)
                 if message["header"]["msg_type"] == "input_request" and message["parent_header"].get("msg_id") == msg_id:
@@ -273,6 +281,34 @@ class KernelSession:
                     content = message["content"]
                     self.error = f"{content.get('ename', '')}: {content.get('evalue', '')}"[:500]
                     return str(content.get("status"))
+
+    async def _drop_output(self, socket: zmq.asyncio.Socket) -> None:
+        """Read what the kernel has sent on IOPub and keep none of it: what it prints while judged is shown nowhere.
+
+        Read, not left queued: a kernel that prints gigabytes while its answers are judged
+        would otherwise fill the grader's memory up to the socket's high-water mark
+        (``kernels.SandboxedKernelManager.client``); its size is only counted.
+        """
+        while await socket.poll(0):
+            self.output_dropped += sum(len(frame) for frame in await socket.recv_multipart(copy=False))
+
+    def notes(self) -> list[str]:
+        """What the submission did to the grader while it was judged, for the run's summary (``[]``: nothing)."""
+        notes = []
+        if self.output_dropped >= NOTED_OUTPUT_BYTES:
+            notes.append(f"printed {self.output_dropped / 2**20:,.0f} MiB while its answers were judged (read and "
+                         "dropped)")
+        notes += [f"asked the grader {count} time{'s' if count > 1 else ''} to compute `{name}` on more than its part "
+                  "allows (refused)" for name, count in sorted(self.oracle_refused.items())]
+        if self.restarts:
+            notes.append(f"its kernel was lost and replaced {self.restarts} time{'s' if self.restarts > 1 else ''} "
+                         "while judged")
+        return notes
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time the kernel's processes have used so far, read from its cgroup; ``None`` where none says."""
+        cgroup = self.client.km.cgroup() if self.client is not None else None
+        return cgroup.cpu_seconds() if cgroup is not None else None
 
     # ---- the kernel itself
 

@@ -35,6 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError, OperationalError, SAWarning
 from traitlets.config.loader import Config, PyFileConfigLoader
 
+from ..text import clean
 from .verdict import PartResult
 
 T = TypeVar("T")
@@ -328,5 +329,6 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     with partial.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
-        writer.writerows(rows)
+        writer.writerows({key: clean(value) if isinstance(value, str) else value for key, value in row.items()}
+                         for row in rows)  # a student's folder name may hold any bytes
     os.replace(partial, path)

@@ -13,12 +13,16 @@ execution, ``respond.serve(...)``, and reads what the kernel sends back through 
   than the largest request's allow, and sends the result back as data.
 
 Every request has a deadline, kept here: a kernel that does not answer in time is killed
-(``execute.KernelSession.exchange``), and the part that asked is graded as timed out.
+(``execute.KernelSession.exchange``), and the part that asked is graded as timed out. The
+time a request took, for the parts whose limit is a training's, is the CPU time the kernel's
+cgroup used meanwhile (:meth:`KernelRespondent.cpu_seconds`): the student's own work, not the
+machine's load.
 """
 
 from __future__ import annotations
 
 import base64
+import math
 import time
 from typing import Any
 
@@ -31,9 +35,12 @@ from ..respond import PROMPT, Reply, Request
 from .execute import Deadline, KernelSession
 from .kernels import MESSAGE_BYTES
 
-#: An oracle call may carry at most this many times the tensor elements of the request it
-#: is made for (plus :data:`ORACLE_SLACK`): what a dependency is called on derives from the
-#: request's inputs, and the grading process must not compute a reference on anything larger.
+#: An oracle call may carry at most this many times the elements of the request it is made
+#: for (plus :data:`ORACLE_SLACK`), counted by :func:`_elements`, integers that size a result
+#: included: what a dependency is called on derives from the request's inputs, and the grading
+#: process must not compute a reference on anything larger. The slack (2**16 elements, 256 KiB
+#: of float32) covers the largest legitimate call on a small request, assignment 05's module
+#: building its table ``sinusoidal_encoding(max_len, num_hiddens)`` from two integers.
 ORACLE_FACTOR, ORACLE_SLACK = 16, 2**16
 
 
@@ -55,6 +62,7 @@ class KernelRespondent(Respondent):
         self.chapter = declaration.chapter
         self.codec = wire.Codec(helpers=helpers(self.chapter), oracle_name=self._oracle_name)
         self.limits = wire.Limits(bytes=MESSAGE_BYTES)
+        self._cpu_seconds: float | None = None
 
     def check_earlier(self, declaration: Part) -> None:
         """Nothing: an earlier part the answer calls is answered here, with its reference (:meth:`_oracle`)."""
@@ -76,15 +84,24 @@ class KernelRespondent(Respondent):
         self._replies: list[Reply] | None = None
         code = (f"__import__('autograder.respond', fromlist=['serve']).serve({self.chapter!r}, "
                 f"{base64.b64encode(message).decode()!r})")
+        before = self.session.cpu_seconds()
         try:
             self.session.exchange(code, self.deadline, self._answer)
         except Deadline:
             raise TimedOut(f"checking it took longer than the {self.seconds:.0f} s it had") from None
+        after = self.session.cpu_seconds()
+        self._cpu_seconds = None if before is None or after is None else \
+            max(0.0, after - before) / self.session.limits.threads
         replies = self._replies or [Reply(error="ReplyError: the kernel sent no reply")]
         if len(replies) != len(requests):  # a reply list of another length answers nothing right
             return [replies[0] if len(replies) == 1 else Reply(error="ReplyError: the kernel's replies do not match "
                                                                      "its requests")] * len(requests)
         return replies
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time the kernel's cgroup used during the last :meth:`ask_all`, divided by the threads the
+        kernel is given (its wall time had it kept them busy); ``None`` where no cgroup counts it."""
+        return self._cpu_seconds
 
     # ---- what the kernel sends
 
@@ -135,8 +152,11 @@ class KernelRespondent(Respondent):
             return f"error the call could not be read ({error})"
         if name not in self._oracles:
             return f"error `{name}` is not available to this part"
-        if _elements((args, kwargs, gradient)) > self._budget:
-            return "error its inputs are much larger than the part's own"
+        size = _elements((args, kwargs, gradient))
+        if size > self._budget:
+            self.session.oracle_refused[name.partition(":")[2]] += 1
+            return (f"error the grader refuses to compute it: its arguments are larger than this part's inputs allow "
+                    f"({size:,} elements, integers that size a result included; at most {self._budget:,})")
         chapter, _, part = name.partition(":")
         reference = reference_module(chapter).REFERENCES[part]
         try:
@@ -146,6 +166,8 @@ class KernelRespondent(Respondent):
             else:
                 result = _vector_jacobian_product(reference, args, kwargs, gradient)
         except Exception as error:  # noqa: BLE001 - the reference's own error, passed on as the answer's
+            if _out_of_memory(error):
+                return "error the grader ran out of its own memory computing it (the grading worker's data limit)"
             return f"error {type(error).__name__}: {error}"
         return "ok " + base64.b64encode(wire.pack(result)).decode()
 
@@ -169,12 +191,32 @@ def _vector_jacobian_product(reference: Any, args: tuple, kwargs: dict, gradient
 
 
 def _elements(value: Any) -> int:
-    """The number of tensor elements in ``value`` (tuples, lists, dicts of tensors)."""
+    """What ``value`` (tensors, numbers, in tuples, lists, dicts) may make a reference compute, in elements.
+
+    Its tensors' elements, plus the product of its positive integers (``bool`` is not
+    one), anywhere in it: ``sinusoidal_encoding(50_000, 2_000)`` carries no tensor, yet
+    asks for a table of 10**8 elements.
+    """
+    tensors, integers = _tensors_and_integers(value)
+    return tensors + (math.prod(integers) if integers else 0)
+
+
+def _tensors_and_integers(value: Any) -> tuple[int, list[int]]:
+    """The number of tensor elements in ``value``, and its positive integers."""
     if isinstance(value, torch.Tensor):
-        return value.numel()
-    if isinstance(value, (tuple, list)):
-        return sum(_elements(v) for v in value)
-    if isinstance(value, dict):
-        return sum(_elements(v) for v in value.values())
-    return 0
+        return value.numel(), []
+    if isinstance(value, int) and not isinstance(value, bool):
+        return 0, [value] if value > 0 else []
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
+    tensors, integers = 0, []
+    for item in items:
+        count, found = _tensors_and_integers(item)
+        tensors, integers = tensors + count, integers + found
+    return tensors, integers
+
+
+def _out_of_memory(error: Exception) -> bool:
+    """Whether ``error`` says an allocation failed: Python's ``MemoryError``, CUDA's, or the CPU allocator's
+    (a ``RuntimeError``)."""
+    return isinstance(error, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(error)
 

@@ -47,6 +47,9 @@ from .zygote import read_line
 #: The largest message the grader reads from a kernel; a larger one drops the connection before
 #: it is read (``zmq.MAXMSGSIZE``), so an output flood or a huge reply never fills the grader's memory.
 MESSAGE_BYTES = 64 * 2**20
+#: The most messages the grader's socket for one of a kernel's channels queues unread (``zmq.RCVHWM``);
+#: with :data:`MESSAGE_BYTES`, what it holds of a kernel is bounded (``SandboxedKernelManager.client``).
+QUEUED_MESSAGES = 4
 #: The kernel spec names of the two ways to start a kernel.
 ZYGOTE_KERNEL, BUBBLEWRAP_KERNEL = "autograder-zygote", "autograder-bubblewrap"
 
@@ -273,7 +276,8 @@ class Zygote:
         policy.give(sockets, *([connection_file] if connection_file else []))
         cgroup = None
         if policy.cgroup is not None:
-            cgroup = KernelCgroup(policy.cgroup, policy.limits.memory_mb * 2**20, policy.limits.processes)
+            cgroup = KernelCgroup(policy.cgroup, policy.limits.memory_mb * 2**20, policy.limits.processes,
+                                  policy.limits.threads)
         message = {"op": op, "connection_file": connection_file, "sockets": sockets, "cwd": work or sockets,
                    **policy.zygote_request(), "sealed": list(policy.sealed)}
         try:
@@ -489,10 +493,11 @@ class BubblewrapProvisioner(LocalProvisioner):
         manager = self.parent
         policy = sandbox.policy(manager.limits)
         sockets = os.path.dirname(manager.connection_file)
-        policy.give(sockets, manager.connection_file, manager.work)
-        command = sandbox.bwrap_command(policy, [sys.executable, *kwargs["cmd"][1:]], sockets, manager.work)
+        policy.give(sockets, manager.connection_file)
+        command = sandbox.bwrap_command(policy, [sys.executable, *kwargs["cmd"][1:]], sockets)
         if policy.cgroup is not None:  # the command puts itself in the cgroup, then becomes the sandbox
-            self.cgroup = KernelCgroup(policy.cgroup, policy.limits.memory_mb * 2**20, policy.limits.processes)
+            self.cgroup = KernelCgroup(policy.cgroup, policy.limits.memory_mb * 2**20, policy.limits.processes,
+                                       policy.limits.threads)
             place = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 1; shift; done; shift; exec "$@"'
             command = ["sh", "-c", place, "sh", *self.cgroup.procs_files, "--", *command]
         kwargs["cmd"] = command
@@ -509,7 +514,8 @@ class SandboxedKernelManager(AsyncKernelManager):
 
     Attributes:
         limits: the submission's limits; zygote: the zygote to fork from, or ``None``;
-        work: the kernel's working folder, outside (the bubblewrap sandbox binds it).
+        work: the working folder of a forked kernel without namespaces (``--no-sandbox``); a
+            sandboxed kernel works in ``/tmp/work`` of its own memory-backed ``/tmp``.
     """
 
     limits = Any(Limits())
@@ -525,9 +531,22 @@ class SandboxedKernelManager(AsyncKernelManager):
                          kernel_spec_manager=CourseKernelSpecs(), **kwargs)
 
     def client(self, **kwargs):
-        """A client whose sockets refuse messages over :data:`MESSAGE_BYTES` from the kernel."""
+        """A client whose sockets refuse messages over :data:`MESSAGE_BYTES` from the kernel and queue at most
+        :data:`QUEUED_MESSAGES` of them unread.
+
+        What the grader holds of one kernel's messages is then bounded: per socket (shell,
+        IOPub, stdin, control), ``QUEUED_MESSAGES`` messages queued plus the one being read,
+        each frame at most ``MESSAGE_BYTES``: 4 x 5 x 64 MiB = 1.25 GiB at the very worst, a
+        few frames in practice, since IOPub is read as it comes, by nbclient while cells run
+        and by ``execute.KernelSession._exchange`` (read and dropped) while answers are judged. A kernel that sends faster than the grader
+        reads is held back in its own memory (its cgroup's): past the high-water mark the
+        grader stops reading its socket, and IOPub drops what its sender cannot queue.
+        (``MAXMSGSIZE`` caps each frame; a message of many frames is not capped by it,
+        only by the kernel's own memory to build it.)
+        """
         context = zmq.asyncio.Context()
         context.setsockopt(zmq.MAXMSGSIZE, MESSAGE_BYTES)
+        context.setsockopt(zmq.RCVHWM, QUEUED_MESSAGES)
         return super().client(context=context, **kwargs)
 
     def handle(self) -> KernelHandle | None:

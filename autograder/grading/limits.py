@@ -3,21 +3,29 @@
 Resource limits of a process (``prlimit``) hold per process and leave out shared memory
 and files in memory (``/tmp``, ``/dev/shm``). A *cgroup* holds for every process of a
 kernel together, all of its memory included. Each kernel gets one (:class:`KernelCgroup`)
-as it starts, before any student code, with two limits:
+as it starts, before any student code, with these limits:
 
 * ``memory``: the kernel's memory, its ``tmpfs`` files and shared memory included;
-* ``pids``: its processes and threads at once (a fork bomb stops there).
+* ``pids``: its processes and threads at once (a fork bomb stops there);
+* ``cpu`` (where this machine has it): every kernel the same weight, and at most as many
+  CPUs as the threads it is given, however many processes or sessions it starts (the
+  scheduler's autogroups give each *session* a share only outside a cgroup).
+
+The cgroup also says how much CPU time the kernel has used (``cpuacct`` in v1, ``cpu.stat``
+in v2): the time limits of training parts are measured on it, from outside.
 
 :func:`available` finds where this machine lets the grader make cgroups: cgroup v2 (a
 ``cgroup2`` hierarchy with ``memory`` and ``pids`` in the parent's ``subtree_control``, or,
 for root, a new parent under the hierarchy's root) or cgroup v1 (``memory`` and ``pids``
-hierarchies, as on older hosts and many containers). Where neither can be written, each
+hierarchies, as on older hosts and many containers); ``cpu`` and ``cpuacct`` are used
+where they are there too, and left out where they are not. Where neither can be written, each
 process keeps its ``prlimit`` limits only, with the address space capped too (see
 ``sandbox.py``), and the run's first lines say so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import signal
@@ -26,20 +34,28 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Where cgroup hierarchies are mounted.
-ROOT = Path("/sys/fs/cgroup")
+#: The period of the CPU quota, in microseconds (the kernel's default).
+CPU_PERIOD_US = 100_000
 
 
 @dataclass(frozen=True)
 class Hierarchy:
-    """Where kernels' cgroups are made: ``version`` 1 or 2; ``memory`` and ``pids`` (the same folder in v2)."""
+    """Where kernels' cgroups are made: ``version`` 1 or 2; ``memory`` and ``pids`` (the same folder in v2);
+    ``cpu`` (weight and quota) and ``cpuacct`` (CPU time used; in v2 every cgroup's ``cpu.stat``) or ``None``."""
 
     version: int
     memory: Path
     pids: Path
+    cpu: Path | None = None
+    cpuacct: Path | None = None
 
     def describe(self) -> str:
         return f"cgroup v{self.version}"
+
+    def without_cpu(self) -> "Hierarchy":
+        """The same hierarchy with no CPU limit, where a kernel's ``cpu`` cgroup cannot be made (in v1 without
+        ``cpuacct`` either, a hierarchy of its own too; in v2 ``cpu.stat`` needs no controller)."""
+        return dataclasses.replace(self, cpu=None, cpuacct=self.cpuacct if self.version == 2 else None)
 
 
 @functools.cache
@@ -52,6 +68,8 @@ def available() -> Hierarchy | str:
         except OSError as error:
             reasons.append(f"{find.__doc__.split(':')[0]}: {error.strerror or error}")
             continue
+        if isinstance(found, Hierarchy) and found.cpu is not None and not _can_make(found):
+            found = found.without_cpu()
         if isinstance(found, Hierarchy) and _can_make(found):
             return found
         reasons.append(found if isinstance(found, str) else f"{found.describe()} cannot be written here")
@@ -76,57 +94,114 @@ def _v2() -> Hierarchy | str:
         return "cgroup v2: not mounted"
     own = mount / _own_paths().get("", "/").lstrip("/")
     if {"memory", "pids"} <= set((own / "cgroup.subtree_control").read_text().split()):
-        return Hierarchy(2, own, own)
+        return _v2_at(own)
     if os.geteuid() == 0 and {"memory", "pids"} <= set((mount / "cgroup.subtree_control").read_text().split()):
         parent = mount / "autograder"  # root's own parent: it holds no process, so it may pass controllers on
         parent.mkdir(exist_ok=True)
         try:
             (parent / "cgroup.subtree_control").write_text("+memory +pids")
-            return Hierarchy(2, parent, parent)
         except OSError:
             parent.rmdir()
             raise
+        try:
+            (parent / "cgroup.subtree_control").write_text("+cpu")
+        except OSError:
+            pass  # no CPU limit: the run's first lines say so
+        return _v2_at(parent)
     return "cgroup v2: no parent cgroup passes memory and pids on to the grader's"
 
 
+def _v2_at(parent: Path) -> Hierarchy:
+    """The v2 hierarchy whose kernels' cgroups are made under ``parent`` (``cpu`` where it passes it on)."""
+    cpu = parent if "cpu" in (parent / "cgroup.subtree_control").read_text().split() else None
+    return Hierarchy(2, parent, parent, cpu=cpu, cpuacct=parent)
+
+
 def _v1() -> Hierarchy | str:
-    """cgroup v1: the memory and pids hierarchies."""
-    own = _own_paths()
-    if "memory" not in own or "pids" not in own:
+    """cgroup v1: the memory and pids hierarchies (and cpu, cpuacct where mounted)."""
+    own, mounts = _own_paths(), _v1_mounts()
+    folders = {controller: mounts[controller] / own[controller].lstrip("/")
+               for controller in ("memory", "pids", "cpu", "cpuacct") if controller in own and controller in mounts}
+    if "memory" not in folders or "pids" not in folders:
         return "cgroup v1: no memory and pids hierarchies"
-    return Hierarchy(1, ROOT / "memory" / own["memory"].lstrip("/"), ROOT / "pids" / own["pids"].lstrip("/"))
+    return Hierarchy(1, folders["memory"], folders["pids"], folders.get("cpu"), folders.get("cpuacct"))
+
+
+def _v1_mounts() -> dict[str, Path]:
+    """``{controller: where its v1 hierarchy is mounted}`` (``cpu`` and ``cpuacct`` often share one)."""
+    mounts = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, after = line.partition(" - ")
+        kind = after.split(" ")  # type, source, super options
+        if len(kind) >= 3 and kind[0] == "cgroup":
+            for controller in kind[2].split(","):
+                mounts.setdefault(controller, Path(fields.split()[4]))
+    return mounts
 
 
 def _can_make(hierarchy: Hierarchy) -> bool:
     """Whether a kernel's cgroup can be made, limited and removed here (tried once)."""
     try:
-        KernelCgroup(hierarchy, memory_bytes=64 * 2**20, processes=8).close()
+        KernelCgroup(hierarchy, memory_bytes=64 * 2**20, processes=8, cpus=1).close()
         return True
     except OSError:
         return False
 
 
 class KernelCgroup:
-    """The cgroup (v2) or pair of cgroups (v1) of one kernel, limits written; :meth:`close` removes it."""
+    """The cgroup (v2) or cgroups (v1: one per hierarchy) of one kernel, limits written; :meth:`close` removes it.
 
-    def __init__(self, hierarchy: Hierarchy, memory_bytes: int, processes: int):
+    Args:
+        cpus: the CPUs the kernel may use at once (its threads): its CPU quota, where the
+            hierarchy has ``cpu``; its weight is the same as every other kernel's.
+    """
+
+    def __init__(self, hierarchy: Hierarchy, memory_bytes: int, processes: int, cpus: int):
         self.hierarchy = hierarchy
         name = f"autograder-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self.folders = [hierarchy.memory / name] + ([hierarchy.pids / name] if hierarchy.version == 1 else [])
+        self.memory, self.pids = hierarchy.memory / name, hierarchy.pids / name
+        self.cpu = hierarchy.cpu / name if hierarchy.cpu is not None else None
+        self.cpuacct = hierarchy.cpuacct / name if hierarchy.cpuacct is not None else None
+        self.folders = list(dict.fromkeys(f for f in (self.memory, self.pids, self.cpu, self.cpuacct) if f is not None))
         for folder in self.folders:
             folder.mkdir()
         try:
             if hierarchy.version == 2:
-                self._write(self.folders[0] / "memory.max", memory_bytes)
-                self._write(self.folders[0] / "memory.swap.max", 0, optional=True)
-                self._write(self.folders[0] / "pids.max", processes)
+                self._write(self.memory / "memory.max", memory_bytes)
+                self._write(self.memory / "memory.swap.max", 0, optional=True)
+                self._write(self.pids / "pids.max", processes)
             else:
-                self._write(self.folders[0] / "memory.limit_in_bytes", memory_bytes)
-                self._write(self.folders[0] / "memory.memsw.limit_in_bytes", memory_bytes, optional=True)
-                self._write(self.folders[1] / "pids.max", processes)
+                self._write(self.memory / "memory.limit_in_bytes", memory_bytes)
+                self._write(self.memory / "memory.memsw.limit_in_bytes", memory_bytes, optional=True)
+                self._write(self.pids / "pids.max", processes)
+            if self.cpu is not None:
+                self._limit_cpu(cpus)
         except OSError:
             self.close()
             raise
+
+    def _limit_cpu(self, cpus: int) -> None:
+        """The default weight (the same for every kernel) and a quota of ``cpus`` CPUs per period."""
+        quota = cpus * CPU_PERIOD_US
+        if self.hierarchy.version == 2:
+            self._write(self.cpu / "cpu.weight", 100)
+            self.cpu.joinpath("cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+        else:
+            self._write(self.cpu / "cpu.shares", 1024)
+            self._write(self.cpu / "cpu.cfs_period_us", CPU_PERIOD_US)
+            self._write(self.cpu / "cpu.cfs_quota_us", quota)
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time all the kernel's processes have used so far, in seconds; ``None`` where no cgroup says."""
+        if self.cpuacct is None or self.closed:
+            return None
+        try:
+            if self.hierarchy.version == 2:
+                usage = dict(line.split() for line in (self.cpuacct / "cpu.stat").read_text().splitlines())
+                return int(usage["usage_usec"]) / 1e6
+            return int((self.cpuacct / "cpuacct.usage").read_text()) / 1e9
+        except (OSError, KeyError, ValueError):
+            return None
 
     @staticmethod
     def _write(path: Path, value: int, optional: bool = False) -> None:
@@ -147,7 +222,7 @@ class KernelCgroup:
     def memory_peak(self) -> int | None:
         """The most memory the kernel used at once, in bytes, where the cgroup says."""
         for name in ("memory.peak", "memory.max_usage_in_bytes"):
-            path = self.folders[0] / name
+            path = self.memory / name
             if path.exists():
                 return int(path.read_text())
         return None
@@ -156,11 +231,11 @@ class KernelCgroup:
         """Whether the kernel hit its memory limit and a process of it was killed (known after :meth:`close` too)."""
         if self.closed:
             return self.killed_for_memory
-        events = self.folders[0] / "memory.events"
+        events = self.memory / "memory.events"
         if events.exists():
             counts = dict(line.split() for line in events.read_text().splitlines())
             return int(counts.get("oom_kill", 0)) > 0 or int(counts.get("max", 0)) > 0
-        control = self.folders[0] / "memory.oom_control"  # v1
+        control = self.memory / "memory.oom_control"  # v1
         if control.exists():
             counts = dict(line.split() for line in control.read_text().splitlines())
             return int(counts.get("oom_kill", 0)) > 0
@@ -179,20 +254,41 @@ class KernelCgroup:
             pass
         self.closed = True
         for folder in self.folders:
-            deadline = time.monotonic() + 5
-            while folder.exists():
-                try:
-                    pids = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
-                except OSError:
-                    pids = []
-                for pid in pids:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                try:
-                    folder.rmdir()
-                except OSError:
-                    if time.monotonic() > deadline:
-                        break  # left for the machine to clean; it holds no process we could kill
-                    time.sleep(0.02)
+            _empty_and_remove(folder)
+
+
+def remove_left_by(pid: int) -> int:
+    """Remove the kernels' cgroups that process ``pid`` made and left (it died first), killing what runs in them.
+
+    A kernel's cgroups are named after the process that made them (:class:`KernelCgroup`).
+    Returns how many folders were found.
+    """
+    hierarchy = available()
+    if not isinstance(hierarchy, Hierarchy):
+        return 0
+    parents = {hierarchy.memory, hierarchy.pids, hierarchy.cpu, hierarchy.cpuacct} - {None}
+    folders = [folder for parent in parents for folder in parent.glob(f"autograder-{pid}-*")]
+    for folder in folders:
+        _empty_and_remove(folder)
+    return len(folders)
+
+
+def _empty_and_remove(folder: Path) -> None:
+    """Kill every process in the cgroup ``folder``, then remove it (tried for 5 s)."""
+    deadline = time.monotonic() + 5
+    while folder.exists():
+        try:
+            pids = [int(p) for p in (folder / "cgroup.procs").read_text().split()]
+        except OSError:
+            pids = []
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            folder.rmdir()
+        except OSError:
+            if time.monotonic() > deadline:
+                break  # left for the machine to clean; it holds no process we could kill
+            time.sleep(0.02)

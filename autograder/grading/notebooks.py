@@ -26,6 +26,8 @@ from pathlib import Path
 import nbformat
 from nbformat import NotebookNode
 
+from ..text import clean, clean_tree
+
 #: The stub nbgrader puts in place of a solution (what an unanswered cell holds).
 BLANK_ANSWER = "# YOUR CODE HERE\nraise NotImplementedError()"
 _SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.MULTILINE | re.DOTALL)
@@ -139,11 +141,11 @@ def read_submission(path: Path) -> NotebookNode:
         UnreadableNotebook: malformed JSON, not a notebook, or a version that cannot be read.
     """
     try:
-        text = path.read_text(encoding="utf-8")
-        raw = json.loads(text)
+        raw = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
             raise UnreadableNotebook("the file is JSON but not a Jupyter notebook")
-        return nbformat.reads(text, as_version=4)
+        # JSON's "\ud800" escapes give lone surrogates, which no UTF-8 file can hold: replaced
+        return nbformat.reads(json.dumps(clean_tree(raw)), as_version=4)
     except UnreadableNotebook:
         raise
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -271,13 +273,15 @@ def clean_outputs(outputs: list) -> list[NotebookNode]:
     for output in outputs:
         kind = output.get("output_type")
         if kind == "stream":
-            cleaned.append(nbformat.v4.new_output("stream", name=output.get("name", "stdout"), text=str(output.get("text", ""))))
+            cleaned.append(nbformat.v4.new_output("stream", name=clean(output.get("name", "stdout")),
+                                                  text=clean(output.get("text", ""))))
         elif kind == "error":
-            cleaned.append(nbformat.v4.new_output("error", ename=str(output.get("ename", "")), evalue=str(output.get("evalue", "")),
-                                                  traceback=[str(line) for line in output.get("traceback", [])]))
+            cleaned.append(nbformat.v4.new_output("error", ename=clean(output.get("ename", "")),
+                                                  evalue=clean(output.get("evalue", "")),
+                                                  traceback=[clean(line) for line in output.get("traceback", [])]))
         elif kind in ("display_data", "execute_result"):
             data = output.get("data", {})
-            kept = {mime: data[mime] for mime in KEPT_MIME_TYPES if isinstance(data.get(mime), str)}
+            kept = {mime: clean(data[mime]) for mime in KEPT_MIME_TYPES if isinstance(data.get(mime), str)}
             removed = sorted(set(data) - set(kept))
             if kept:
                 cleaned.append(nbformat.v4.new_output("display_data", data=kept))

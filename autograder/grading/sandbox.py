@@ -8,8 +8,9 @@ checks the grader makes on the zygote's first kernel before trusting it
 
 * **filesystem**: the operating system, Python and its environment, and the course's
   ``autograder`` package, read-only; the references sealed (a package that cannot be
-  imported is mounted over them, ``sealed_reference/``); a fresh ``/tmp`` and ``/dev/shm``
-  of a fixed size, the working folder, and the folder of the kernel's sockets, sealed
+  imported is mounted over them, ``sealed_reference/``); a fresh ``/tmp`` (with the working
+  folder ``/tmp/work``) and ``/dev/shm``, in memory, of a fixed size, so that nothing a
+  kernel writes reaches the grader's disk; and the folder of the kernel's sockets, sealed
   read-only once the kernel has bound them. The course directory (solutions, gradebook,
   other students' submissions) is not there, nor any other kernel's folders.
 * **network**: a new, empty network namespace; the kernel talks to the grader over Unix
@@ -129,11 +130,11 @@ class Policy:
         memory = f"{self.limits.memory_mb} MiB"
         if self.cgroup is not None:
             lines = [f"limits per kernel: memory {memory} with its files in memory, {self.limits.processes} processes "
-                     f"({self.cgroup.describe()})"]
+                     f"({self.cgroup.describe()})", self._describe_cpu()]
         else:
             lines = [f"limits per kernel process: data {memory}, address space {memory} + "
                      f"{ADDRESS_SPACE_SLACK // 2**30} GiB, /tmp and /dev/shm {self.tmpfs_bytes // 2**20} MiB each, "
-                     f"no process limit (no cgroup: {self.cgroup_why})"]
+                     f"no process limit (no cgroup: {self.cgroup_why})", self._describe_cpu()]
         if not self.sandbox:
             lines.append("sandbox OFF: kernels run as this user, see the course's files, the network and each other")
         elif self.outer_uid is not None:
@@ -141,6 +142,18 @@ class Policy:
         elif os.geteuid() == 0:
             lines.append("kernels run as root inside their sandbox: " + "; ".join(self.notes))
         return lines
+
+    def _describe_cpu(self) -> str:
+        """The run's line on CPU: each kernel's share and quota, and the clock of the training parts' time limits."""
+        hierarchy = self.cgroup
+        if hierarchy is not None and hierarchy.cpu is not None:
+            share = (f"CPU per kernel: the same weight as every other kernel, at most {self.limits.threads} CPU(s) "
+                     "however many processes it starts")
+        else:
+            share = "CPU per kernel: no share or quota (no cpu cgroup here); kernels share the CPUs as processes do"
+        clock = ("CPU time of the kernel's cgroup" if hierarchy is not None and hierarchy.cpuacct is not None
+                 else "wall-clock time (no cgroup here counts a kernel's CPU time)")
+        return f"{share}; training time limits in {clock}"
 
     # ---- commands
 
@@ -210,12 +223,16 @@ def _folders_on_the_way(paths: list[str]) -> list[str]:
     return sorted(folders, key=lambda folder: (folder.count("/"), folder))
 
 
-def bwrap_command(policy: Policy, kernel_command: list[str], sockets: str, work: str) -> list[str]:
-    """``kernel_command`` in a bubblewrap sandbox of its own, under the policy's user and limits."""
+def bwrap_command(policy: Policy, kernel_command: list[str], sockets: str) -> list[str]:
+    """``kernel_command`` in a bubblewrap sandbox of its own, under the policy's user and limits.
+
+    Its working folder ``/tmp/work`` is made in its ``/tmp``, memory of a fixed size as a
+    forked kernel's (``zygote.py``): nothing the kernel writes reaches the grader's disk.
+    """
     if not policy.sandbox:
         return policy.outer_command() + _env(policy) + kernel_command
     command = ["bwrap", *policy.namespaces(), "--die-with-parent", "--new-session", "--proc", "/proc",
-               *policy.bwrap_mounts(sockets), "--bind", sockets, sockets, "--bind", work, "/tmp/work",
+               *policy.bwrap_mounts(sockets), "--bind", sockets, sockets, "--perms", "1777", "--dir", "/tmp/work",
                "--chdir", "/tmp/work"]
     return policy.outer_command() + command + policy.inner_command() + kernel_command
 

@@ -54,6 +54,12 @@ class GradeSettings(Configurable):
                                             "(default: 4096)").tag(config=True)
     processes = Integer(256, min=32, help="processes and threads one submission's kernel may run at once, where a "
                                           "cgroup can be made (default: 256)").tag(config=True)
+    grader_memory_mb = Integer(3072, min=1024,
+                               help="data memory of one grading worker on this machine, in MiB: the judge of one "
+                                    "submission and the references it computes; a worker that needs more fails "
+                                    "that submission's allocation, not the machine (default: 3072)").tag(config=True)
+    max_notebook_mb = Integer(20, min=1, help="the largest submitted notebook read, in MiB; a larger one is refused "
+                                              "unread, every part an error (default: 20)").tag(config=True)
     secret_file = Unicode(None, allow_none=True,
                           help="the course secret behind the hidden cases; made on first use, keep it out of "
                                f"every repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})").tag(config=True)

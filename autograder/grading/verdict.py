@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import importlib
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -22,15 +22,22 @@ import nbformat
 import torch
 from nbformat import NotebookNode
 
-from ..judge import NotDefined, Respondent, judge
+from ..core import CheckFailed
+from ..judge import JudgeFault, NotDefined, Respondent, judge, kernel_reports, where_raised
+from ..text import clean
 from .execute import CellResult, KernelLost, open_session
 from .kernel_respondent import TimedOut
+from .tampering import Finding, scan
 from .notebooks import (Assembled, UnreadableNotebook, answer_ids, assemble, clean_outputs, parts_of, read_submission,
                         release_source)
 from .sandbox import Limits
 
 #: Status of a part, as in grades/<assignment>.csv.
-STATUSES = ("passed", "failed", "error", "timeout", "missing")
+#: The status of a part whose points are withheld until an instructor looks (:func:`_needs_a_look`).
+NEEDS_A_LOOK = "needs a look"
+STATUSES = ("passed", "failed", "error", "timeout", "missing", NEEDS_A_LOOK)
+#: The findings of the tampering scan a message names (then "and N more").
+SHOWN_FINDINGS = 3
 #: The longest message kept for a part (what a student's code raised is part of it).
 MESSAGE_CHARACTERS = 2000
 
@@ -49,38 +56,55 @@ class PartResult:
         return asdict(self)
 
 
-def grade_submission(source: NotebookNode, path: Path, limits: Limits, key: str):
+@dataclass
+class Graded:
+    """One submission, graded.
+
+    Attributes:
+        results: one result per part of the source.
+        autograded: the executed notebook to store for nbgrader's formgrader and feedback
+            (``None`` when there was nothing to execute).
+        unanswered: per answer grade id, whether it was left blank.
+        notes: what the submission did to the grader, for the run's summary (output it
+            flooded while judged, oracle calls refused, a file refused unread).
+    """
+
+    results: list[PartResult]
+    autograded: NotebookNode | None
+    unanswered: dict[str, bool]
+    notes: list[str] = field(default_factory=list)
+
+
+def all_parts(source: NotebookNode, status: str, message: str, notes: list[str] | None = None) -> Graded:
+    """A submission that was not run at all (missing, unreadable, refused): every part ``status``, saying why."""
+    return Graded([PartResult(p.grade_id, 0.0, p.points, status, message) for p in parts_of(source)], None,
+                  dict.fromkeys(answer_ids(source), True), notes or [])
+
+
+def grade_submission(source: NotebookNode, path: Path, limits: Limits, key: str) -> Graded:
     """Grade the notebook at ``path`` against the instructor's ``source``; ``key`` draws the hidden cases.
 
     The checks are those of the chapter named after the notebook (``03_masking.ipynb``:
     ``autograder.ch03_masking``).
-
-    Returns:
-        ``(results, autograded, unanswered)``: one result per part of ``source``; the
-        executed notebook to store for nbgrader's formgrader and feedback (``None`` when
-        there was nothing to execute); and, per answer grade id, whether it was left blank.
     """
-    parts = parts_of(source)
-    nothing_answered = dict.fromkeys(answer_ids(source), True)
     if not path.is_file():
-        missing = f"no notebook {path.name} in the submission"
-        return [PartResult(p.grade_id, 0.0, p.points, "missing", missing) for p in parts], None, nothing_answered
+        return all_parts(source, "missing", f"no notebook {path.name} in the submission")
     try:
         submission = read_submission(path)
     except UnreadableNotebook as error:
-        return [PartResult(p.grade_id, 0.0, p.points, "error", str(error)) for p in parts], None, nothing_answered
+        return all_parts(source, "error", str(error))
     try:
         assembled = assemble(source, submission)
     except Exception as error:  # metadata no notebook tool writes: the submission's fault, not the grader's
-        message = f"the notebook could not be read as an assignment: {type(error).__name__}: {error}"
-        return [PartResult(p.grade_id, 0.0, p.points, "error", message) for p in parts], None, nothing_answered
+        return all_parts(source, "error", f"the notebook could not be read as an assignment: "
+                                           f"{type(error).__name__}: {error}")
     chapter = importlib.import_module(f"autograder.ch{path.stem}")
     where = [torch.device("cpu")] + ([torch.device("cuda")] if limits.device == "cuda" else [])
     with open_session(assembled, limits) as session:
         session.run_cells()
         verdicts = judge_test_cells(session, assembled, chapter, limits.cell_seconds, key, where)
     results = [verdict for verdict, _ in verdicts.values()]
-    return results, autograded(assembled, session.results, verdicts), assembled.unanswered
+    return Graded(results, autograded(assembled, session.results, verdicts), assembled.unanswered, session.notes())
 
 
 # --------------------------------------------------------------------------------------
@@ -108,9 +132,42 @@ class Session(Protocol):
 
 def judge_test_cells(session: Session, assembled: Assembled, chapter, seconds: float, key: str,
                      where: list[torch.device]) -> dict[int, tuple[PartResult, str]]:
-    """``{test cell index: (result, the text its cell shows)}``, each part judged within ``seconds``."""
-    return {index: _judge_test_cell(session, assembled, chapter, index, seconds, key, where)
+    """``{test cell index: (result, the text its cell shows)}``, each part judged within ``seconds``.
+
+    Where the submission's own cells tamper with the course's code, the kernel or PyTorch's
+    private entry points (``tampering.scan``), a part that passed on what the kernel reports
+    needs a look instead (:func:`_needs_a_look`).
+    """
+    findings = scan(assembled)
+    return {index: _needs_a_look(_judge_test_cell(session, assembled, chapter, index, seconds, key, where), findings,
+                                 [getattr(getattr(chapter, call.check, None), "declaration", None)
+                                  for call in assembled.checks.get(index, [])])
             for index in assembled.test_indices()}
+
+
+def _needs_a_look(judged: tuple[PartResult, str], findings: list[Finding],
+                  declarations: list) -> tuple[PartResult, str]:
+    """``judged``, or where it passed on the kernel's word in a notebook with ``findings``: "needs a look".
+
+    A kernel whose course code the submission changed can forge what it reports (which library
+    attention an answer called, its inputs after the call, the ``meta`` replay, a probe's reply):
+    such a part's points are withheld, and the message says what was found, where, and what the
+    verdict took on the kernel's word (``judge.kernel_reports``). A failed part, or one judged on
+    its results alone, keeps its grade: tampering cannot make a wrong result right.
+    """
+    result, _ = judged
+    reports = list(dict.fromkeys(report for declaration in declarations if declaration is not None
+                                 for report in kernel_reports(declaration)))
+    if result.status != "passed" or not findings or not reports:
+        return judged
+    more = len(findings) - SHOWN_FINDINGS
+    found = "; ".join(str(finding) for finding in findings[:SHOWN_FINDINGS]) + (f"; and {more} more" if more > 0 else "")
+    text = (f"needs a look (points withheld until an instructor looks): its results are right, but the notebook's "
+            f"own cells tamper with the course's code in the kernel, the kernel or PyTorch's private entry points "
+            f"({found}), so what the kernel reported about this part may be forged: {', '.join(reports)}. Read those "
+            "cells; if they are harmless, give the points by hand in the formgrader")
+    text = clean(text[:MESSAGE_CHARACTERS], controls=True)
+    return PartResult(result.part, 0.0, result.max_score, NEEDS_A_LOOK, text), text
 
 
 def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int, seconds: float, key: str,
@@ -119,7 +176,7 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
     part = assembled.part_of(index)
 
     def verdict(status: str, text: str = "") -> tuple[PartResult, str]:
-        text = text if len(text) <= MESSAGE_CHARACTERS else text[:MESSAGE_CHARACTERS] + " […]"
+        text = clean(text if len(text) <= MESSAGE_CHARACTERS else text[:MESSAGE_CHARACTERS] + " […]", controls=True)
         passed = status == "passed"
         return PartResult(part.grade_id, part.points if passed else 0.0, part.points, status, "" if passed else text), text
 
@@ -146,7 +203,7 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
             count = judge(declaration, respondent, hidden=call.hidden, key=key, where=where)
         except NotDefined as missing:
             return verdict("error", str(missing) + _context(session.results, 0, index))
-        except AssertionError as failure:
+        except CheckFailed as failure:
             return verdict("failed", str(failure) + _context(session.results, start, index))
         except NotImplementedError:
             return verdict("failed", "not answered (the cell still raises NotImplementedError)")
@@ -156,6 +213,11 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
         except KernelLost:
             session.recover()
             return verdict("error", "the kernel died while this part was checked (it exited, crashed or ran out of memory)")
+        except JudgeFault:
+            raise
+        except Exception as error:  # the course's own code (a bare assert, a bug): never the student's zero
+            raise JudgeFault(f"{part.grade_id}: the grader failed while judging it: {type(error).__name__}: "
+                             f"{error} ({where_raised(error)})") from error
         kind = "hidden" if call.hidden else "visible"
         lines.append(f"{count} {kind} case{'s' if count != 1 else ''}")
     devices = " and ".join(device.type for device in where)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Callable
 
 import torch
 from torch import nn
@@ -232,11 +233,19 @@ def _chunked_calls(seeds) -> list[Call]:
     return calls
 
 
-def _sorting_calls(seeds) -> list[Call]:
-    """Training with seed 0, then the model's predictions on 2000 sequences drawn here, with each of ``seeds``."""
-    return [Call(f"train_sorting_transformer(seed=0), tested on 2000 fresh sequences drawn with seed {s}",
-                 (0, make_sorting_batch(2000, torch.Generator().manual_seed(s))[0]))
+def _sorting_calls(seeds, training_seed: int = 0) -> list[Call]:
+    """Training with ``training_seed``, then the model's predictions on 2000 sequences drawn here, with each of
+    ``seeds``."""
+    return [Call(f"train_sorting_transformer(seed={training_seed}), tested on 2000 fresh sequences drawn with "
+                 f"seed {s}", (training_seed, make_sorting_batch(2000, torch.Generator().manual_seed(s))[0]))
             for s in seeds]
+
+
+def hidden_training_calls(calls: Callable[..., list[Call]], seed: int) -> list[Call]:
+    """A training part's hidden case: its test data and its training seed both drawn from the student's ``seed``
+    at judging time, so that the training cannot be done before the call that the limit times."""
+    test_seed, training_seed = derived_seeds(seed, 2)
+    return calls([test_seed], training_seed)
 
 
 VISIBLE = {
@@ -247,5 +256,5 @@ VISIBLE = {
 HIDDEN = {
     "TransformerEncoderBlock": lambda seed: _block_calls(derived_seeds(seed)),
     "chunked_attention": lambda seed: _chunked_calls(derived_seeds(seed)),
-    "train_sorting_transformer": lambda seed: _sorting_calls(derived_seeds(seed, 1)),
+    "train_sorting_transformer": lambda seed: hidden_training_calls(_sorting_calls, seed),
 }

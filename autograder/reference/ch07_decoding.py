@@ -19,6 +19,7 @@ from torch import nn
 from ..ch07_decoding import (NUM_DIGITS, SEQUENCE_LENGTH, TinyDecoder, _random_weights, _tiny_decoder,
                              make_reversal_batch, reversal_accuracy, table_log_probs)
 from ..parts import Call, derived_seeds
+from .ch06_transformer import hidden_training_calls
 
 # --------------------------------------------------------------------------------------
 # Teacher forcing
@@ -511,10 +512,11 @@ def _cache_bytes_calls(seeds) -> list[Call]:
     return calls
 
 
-def _reversal_calls(seeds) -> list[Call]:
-    """Training with seed 0, then the model's greedy answers to 500 prompts drawn here, with each of ``seeds``."""
-    return [Call(f"train_reversal_decoder(seed=0), tested on 500 fresh prompts drawn with seed {s}",
-                 (0, make_reversal_batch(500, torch.Generator().manual_seed(s))[0]))
+def _reversal_calls(seeds, training_seed: int = 0) -> list[Call]:
+    """Training with ``training_seed``, then the model's greedy answers to 500 prompts drawn here, with each of
+    ``seeds``."""
+    return [Call(f"train_reversal_decoder(seed={training_seed}), tested on 500 fresh prompts drawn with seed {s}",
+                 (training_seed, make_reversal_batch(500, torch.Generator().manual_seed(s))[0]))
             for s in seeds]
 
 
@@ -538,5 +540,5 @@ HIDDEN = {
     "sample_next": lambda seed: _sampling_calls(derived_seeds(seed, 2)),
     "GroupedQueryAttention": lambda seed: _gqa_calls(derived_seeds(seed, 2)),
     "kv_cache_bytes": lambda seed: _cache_bytes_calls(derived_seeds(seed)),
-    "train_reversal_decoder": lambda seed: _reversal_calls(derived_seeds(seed, 1)),
+    "train_reversal_decoder": lambda seed: hidden_training_calls(_reversal_calls, seed),
 }
