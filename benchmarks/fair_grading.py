@@ -10,7 +10,9 @@ should be 0; the test suite runs the same grading for a dozen keys on every run.
 
     python benchmarks/fair_grading.py --students 2000 --chapters 03 04
 
-Checks that train a model (seconds each) are left out unless ``--training`` is given.
+Checks that train a model (seconds each) are left out unless ``--training`` is given; with
+it, each student's training (on the seed drawn from the student's key, as at grading) is
+also printed: its seed, wall time, backward passes and the accuracy it reported.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import torch  # noqa: E402
 
 from autograder.judge import LocalRespondent, judge  # noqa: E402
+from autograder.parts import hidden_calls  # noqa: E402
 
 
 def correct_answers(chapter: str, training: bool) -> list[tuple]:
@@ -46,6 +49,20 @@ def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, st
     return failed
 
 
+def trainings_over_students(check, answer, keys: list[str]) -> None:
+    """Print, per key, the hidden case's training: its seed, wall time, backward passes, reported accuracy.
+
+    The judge's own call comes after and reuses the training (one per answer and seed).
+    """
+    part = check.declaration
+    for key in keys:
+        (call, *_), _ = hidden_calls(part, key)
+        started = time.perf_counter()
+        reported, _, passes = part.adapt(answer)(*call.args)
+        print(f"    {key}: {part.name}(seed={call.args[0]}) {time.perf_counter() - started:.1f} s, "
+              f"{passes} backward passes, reported accuracy {reported}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=500, help="keys to grade each answer for (default 500)")
@@ -60,6 +77,8 @@ def main() -> int:
     for chapter in options.chapters:
         started = time.monotonic()
         for check, answer in correct_answers(chapter, options.training):
+            if check in getattr(importlib.import_module(f"catalogue_ch{chapter}"), "TRAINING_CHECKS", ()):
+                trainings_over_students(check, answer, keys)
             failed = failures_over_students(check, answer, keys)
             total += len(failed)
             print(f"ch{chapter} {check.__name__}({answer.__name__}): failed {len(failed)} of {len(keys)} students")
