@@ -7,7 +7,8 @@ solution and one attacker, and grades it with ``python -m autograder grade`` (``
 workers). The attacker combines what a student's code does by accident or on purpose:
 
 * **a CPU hog**: 200 busy processes, each in a session of its own (the kernel's autogroup
-  scheduling would give each session an equal share of the machine);
+  scheduling would give each session an equal share of the machine), started by its first
+  judged call and alive until its kernel is ended;
 * **an oracle bomb**: its ``PositionalEncoding`` calls ``sinusoidal_encoding(50_000, 2_000)``,
   which the grader computes with its reference (a 100-million-value table);
 * **an output flood** while it is judged: 450 prints of 10 MB from ``sinusoidal_encoding``;
@@ -41,16 +42,19 @@ ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 ASSIGNMENT = "05_positional_encoding"
 
-#: After the imports: 200 busy processes, each in a new session, alive while the attacker is graded.
+#: After the imports: 200 busy processes, each in a new session, alive until the kernel is ended.
 HOG = """
 import os
-for _ in range(200):
-    if os.fork() == 0:
-        os.setsid()
-        while True:
-            pass
+
+def start_hogs():
+    for _ in range(200):
+        if os.fork() == 0:
+            os.setsid()
+            while True:
+                pass
 """
-#: After sinusoidal_encoding's answer: the right table, and 4.5 GB printed on its first call while judged.
+#: After sinusoidal_encoding's answer: the right table; its first call while judged prints 4.5 GB,
+#: then starts the hog (started earlier, it would slow down the attacker's own cells most).
 FLOOD = """
 _right_table = sinusoidal_encoding
 FLOODED = []
@@ -60,6 +64,7 @@ def sinusoidal_encoding(*args, **kwargs):
         FLOODED.append(True)
         for _ in range(450):
             print('x' * 10_000_000)
+        start_hogs()
     return _right_table(*args, **kwargs)
 """
 #: After PositionalEncoding's answer: the right module, which first asks the grader for a huge table.
