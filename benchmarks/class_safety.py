@@ -62,9 +62,11 @@ FLOODED = []
 def sinusoidal_encoding(*args, **kwargs):
     if JUDGED and not FLOODED:
         FLOODED.append(True)
-        for _ in range(450):
-            print('x' * 10_000_000)
-        start_hogs()
+        try:
+            for _ in range(450):
+                print('x' * 10_000_000)
+        finally:  # the flood may end in a MemoryError: its backlog is held in the kernel's own memory
+            start_hogs()
     return _right_table(*args, **kwargs)
 """
 #: After PositionalEncoding's answer: the right module, which first asks the grader for a huge table.
