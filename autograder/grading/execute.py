@@ -219,7 +219,7 @@ class KernelSession:
 
     def death(self) -> str:
         """Why the kernel died, as far as the grader can tell."""
-        cgroup = self.client.km.cgroup() if self.client is not None else None
+        cgroup = self._cgroup()
         if cgroup is not None and cgroup.out_of_memory():
             return (f"the kernel ran out of its {self.limits.memory_mb} MiB of memory (all its processes, files in "
                     "/tmp and shared memory included) and was killed")
@@ -307,8 +307,12 @@ class KernelSession:
 
     def cpu_seconds(self) -> float | None:
         """The CPU time the kernel's processes have used so far, read from its cgroup; ``None`` where none says."""
-        cgroup = self.client.km.cgroup() if self.client is not None else None
+        cgroup = self._cgroup()
         return cgroup.cpu_seconds() if cgroup is not None else None
+
+    def _cgroup(self):
+        """The current kernel's cgroup (``kernels.KernelCgroup``), or ``None`` (no kernel, or none made here)."""
+        return self.client.km.cgroup() if self.client is not None else None
 
     # ---- the kernel itself
 

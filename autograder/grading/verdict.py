@@ -166,8 +166,13 @@ def _needs_a_look(judged: tuple[PartResult, str], findings: list[Finding],
             f"own cells tamper with the course's code in the kernel, the kernel or PyTorch's private entry points "
             f"({found}), so what the kernel reported about this part may be forged: {', '.join(reports)}. Read those "
             "cells; if they are harmless, give the points by hand in the formgrader")
-    text = clean(text[:MESSAGE_CHARACTERS], controls=True)
+    text = _shown(text)
     return PartResult(result.part, 0.0, result.max_score, NEEDS_A_LOOK, text), text
+
+
+def _shown(text: str) -> str:
+    """A part's message as stored and shown: at most :data:`MESSAGE_CHARACTERS` (``[…]`` marks a cut), storable."""
+    return clean(text if len(text) <= MESSAGE_CHARACTERS else text[:MESSAGE_CHARACTERS] + " […]", controls=True)
 
 
 def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int, seconds: float, key: str,
@@ -176,7 +181,7 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
     part = assembled.part_of(index)
 
     def verdict(status: str, text: str = "") -> tuple[PartResult, str]:
-        text = clean(text if len(text) <= MESSAGE_CHARACTERS else text[:MESSAGE_CHARACTERS] + " […]", controls=True)
+        text = _shown(text)
         passed = status == "passed"
         return PartResult(part.grade_id, part.points if passed else 0.0, part.points, status, "" if passed else text), text
 
