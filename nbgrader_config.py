@@ -14,13 +14,13 @@ c.ExecutePreprocessor.timeout = 120
 
 # The feedback pages (`nbgrader generate_feedback`): nbgrader's, their list of scores naming each graded
 # part, their math typeset by the course's MathJax inside the page, not a CDN's
-# (autograder/grading/templates/course_feedback/, autograder/grading/feedback.py).
+# (autograder/instructor/templates/course_feedback/, autograder/instructor/feedback.py).
 import os.path as _path  # noqa: E402
 
 import autograder.grading as _grading  # noqa: E402
 import nbgrader as _nbgrader  # noqa: E402
 
-c.GenerateFeedback.exporter_class = "autograder.grading.feedback.FeedbackExporter"  # not the formgrader's pages
+c.GenerateFeedback.exporter_class = "autograder.instructor.feedback.FeedbackExporter"  # not the formgrader's pages
 c.FeedbackExporter.template_name = "course_feedback"
 c.FeedbackExporter.template_file = "course_feedback.html.j2"
 c.FeedbackExporter.extra_template_basedirs = [

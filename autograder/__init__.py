@@ -4,10 +4,20 @@ One module per assignment, named after the assignment with a ``ch`` prefix (Pyth
 names cannot start with a digit): ``01_nadaraya_watson`` -> ``autograder.ch01_nadaraya_watson``.
 Each module declares the assignment's graded parts and holds the ``check_<part>``
 functions that the notebooks' test cells call; their visible cases are data in
-``autograder/cases/``. ``parts``, ``judge``, ``respond`` and ``wire`` are the machinery
-every check goes through, ``core`` its assertions. The reference implementations and the
-hidden cases (``autograder.reference``) and the grading command (``autograder.grading``)
-belong to the instructors' copy of the course only.
+``autograder/cases/``.
+
+Where each part runs, and so what it may trust:
+
+* this folder (the checks, ``parts``, ``judge``, ``protocol``, ``wire``, ``core``, ``text``,
+  ``plots``): the student's notebook, and the grading worker's judge; shared by both;
+* ``kernel/``: the student's kernel (the notebook's own, or the sandboxed one at grading):
+  it calls the answers and measures them, and decides nothing;
+* ``grading/``: a grading worker, one submission at a time, judging from outside the kernel;
+* ``instructor/``: the instructor's commands (``python -m autograder grade``, ``publish``);
+* ``reference/``: reference answers and hidden cases, on the grading side only.
+
+``grading/``, ``instructor/`` and ``reference/`` belong to the instructors' copy of the
+course only.
 """
 
 __version__ = "0.1.0"

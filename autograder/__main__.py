@@ -1,7 +1,7 @@
-"""``python -m autograder grade ASSIGNMENT`` and ``publish DEST``: the instructors' commands (``grading/cli.py``)."""
+"""``python -m autograder grade ASSIGNMENT`` and ``publish DEST``: the instructors' commands (``instructor/cli.py``)."""
 
 try:
-    from .grading.cli import main
+    from .instructor.cli import main
 except ImportError as missing:  # the students' copy of the package has no grading side
     raise SystemExit(f"the grading commands need the instructors' course repository and its environment ({missing})")
 

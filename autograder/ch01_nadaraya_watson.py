@@ -16,7 +16,8 @@ import math
 import torch
 from torch import nn
 
-from .core import Case, describe_module
+from .core import Case
+from .kernel.measure import describe_module
 from .judge import checks
 from .parts import ArgumentCheck, Call, Part, Probe
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from .core import Case, largest_tensor_created
+from .core import Case
+from .kernel.measure import largest_tensor_created
 from .judge import checks
 from .parts import ArgumentCheck, Call, Part, Probe
 

@@ -16,8 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import (Case, attention_rounding, describe_module, expect_trained_in_time, largest_tensor_created,
-                   trained_once)
+from .core import Case, attention_rounding, expect_trained_in_time
+from .kernel.measure import describe_module, largest_tensor_created, trained_once
 from .judge import checks
 from .parts import ArgumentCheck, Call, Part, Probe
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import Case, attention_rounding, describe_module, expect_trained_in_time, trained_once
+from .core import Case, attention_rounding, expect_trained_in_time
+from .kernel.measure import describe_module, trained_once
 from .judge import checks
 from .parts import ArgumentCheck, Call, Part, Probe
 

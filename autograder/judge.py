@@ -1,7 +1,7 @@
 """The judge: draws a part's inputs, asks for the answer's results, and decides.
 
-The judge never calls an answer. It hands each call to a *respondent* (``respond.py``) and
-decides from the :class:`~autograder.respond.Reply` that comes back, as data: the results
+The judge never calls an answer. It hands each call to a *respondent* (``kernel/respond.py``) and
+decides from the :class:`~autograder.protocol.Reply` that comes back, as data: the results
 are compared with the reference's (computed here), inputs changed in place show in the
 inputs sent back, and a probe's findings are judged here. In a student's notebook the
 respondent is :class:`LocalRespondent`, in the same process (the visible checks, instant
@@ -35,7 +35,8 @@ import torch
 
 from .core import Case, CheckFailed, devices, passed, tensors_in, to_device
 from .parts import ArgumentCheck, Part, hidden_calls, reference_of, visible_calls
-from .respond import ARGUMENTS, CASES, Reply, Request, names_used, respond
+from .kernel.respond import names_used, respond
+from .protocol import ARGUMENTS, CASES, Reply, Request
 from .text import excerpt
 
 # Errors that show a computation mixed tensors from two devices.
@@ -84,7 +85,7 @@ class LocalRespondent:
 
     def check_earlier(self, declaration: Part) -> None:
         """Without the references, an earlier part the answer calls must pass its own visible check first."""
-        from .core import functions_of
+        from .kernel.measure import functions_of
 
         functions = functions_of(self.answer)
         called = set().union(*(names_used(f.__code__) for f in functions)) if functions else set()

@@ -201,7 +201,7 @@ def hidden_seed(chapter: str, part: str, key: str | None = None) -> int:
     """The seed of a part's hidden cases for the student whose key is ``key``.
 
     The grading command derives each student's key from the course secret, the assignment
-    and the student (``grading/secret.py``); the seed mixes in the chapter and the part.
+    and the student (``instructor/secret.py``); the seed mixes in the chapter and the part.
     The same key gives the same seed on every run. Without a key: this process's own.
     """
     digest = hashlib.sha256(f"{SEED_KEY if key is None else key}/{chapter}/{part}".encode()).digest()

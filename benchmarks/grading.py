@@ -10,7 +10,7 @@ next to the bare cost of starting a kernel and importing torch.
 Goal on 2 cores: at least 8x faster than sequential nbgrader, every kernel still in its
 sandbox and every part judged outside it. That is only possible below the bare cost: each
 kernel is forked, sandboxed, from a warm zygote that has already imported torch
-(``autograder/grading/zygote.py``), so the cost per submission (wall time / submissions)
+(``autograder/kernel/zygote.py``), so the cost per submission (wall time / submissions)
 should come out well under the bare cost of one kernel start plus ``import torch``.
 
 It then grades the same course through a Dask scheduler with 1 and with 2 local

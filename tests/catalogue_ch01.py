@@ -1,4 +1,4 @@
-"""Answers to assignment 01, right and wrong, for the checks' tests (tests/test_catalogues.py).
+"""Answers to assignment 01, right and wrong, for the checks' tests (tests/students/test_catalogues.py).
 
 Every wrong answer below is a mistake students make. Each must fail the check meant to
 catch it, visibly or on the hidden cases.

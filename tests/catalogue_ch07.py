@@ -1,4 +1,4 @@
-"""Answers to assignment 07, right and wrong, for the checks' tests (tests/test_catalogues.py)."""
+"""Answers to assignment 07, right and wrong, for the checks' tests (tests/students/test_catalogues.py)."""
 
 import math
 

@@ -312,7 +312,7 @@ async def always_ok(*args, **kwargs):
     return reply
 
 kernel.do_execute = always_ok
-respondent = pkgutil.resolve_name('autograder.respond')
+respondent = pkgutil.resolve_name('autograder.kernel.serve')
 wire = pkgutil.resolve_name('autograder.wire')
 import base64, json
 
@@ -472,7 +472,7 @@ def flagged(**changes: str) -> dict[str, str]:
 #: inputs as they were before the call, and makes every replay on the meta device inconclusive.
 FORGES_THE_RESPONDENT = """
 import copy
-import autograder.respond as respondent
+import autograder.kernel.serve as respondent
 genuine = respondent.respond
 
 def on_meta(value):

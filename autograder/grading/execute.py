@@ -2,7 +2,7 @@
 
 A :class:`KernelSession` executes the assembled notebook's code cells one by one:
 instructor set-up, the student's answers and the cells the student added. Test cells are
-not executed: where each stands, the session *pins* the answers it checks (``respond.pin``),
+not executed: where each stands, the session *pins* the answers it checks (``kernel/serve.py``: ``pin``),
 so that each part is judged later on its answer as it was defined at that point. The
 judging (``verdict.py``) then asks the same kernel for the answers' results through
 :meth:`KernelSession.exchange`, once every cell has run: nothing of the submission runs
@@ -37,6 +37,8 @@ from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernel
 from nbformat import NotebookNode
 
 from . import kernels
+from .errors import Deadline, GradingEnvironmentError, KernelLost
+from .kernel_respondent import KernelRespondent
 from ..text import excerpt
 from .notebooks import Assembled
 from .sandbox import Limits
@@ -52,19 +54,6 @@ class CellResult:
 
     status: str
     message: str = ""
-
-
-class Deadline(Exception):
-    """The kernel did not answer before the deadline (it was killed)."""
-
-
-class GradingEnvironmentError(RuntimeError):
-    """The grading kernel cannot even start its work (the same for every submission): the message says why and
-    what to do."""
-
-
-class KernelLost(Exception):
-    """The kernel died, or stopped answering, while it was asked something."""
 
 
 class _Client(NotebookClient):
@@ -173,7 +162,7 @@ class KernelSession:
         Returns whether the kernel did; a kernel that did not is replaced (``recover``).
         """
         names = sorted({call.answer for call in self.assembled.checks.get(index, [])})
-        code = f"__import__('autograder.respond', fromlist=['pin']).pin({self.assembled.test_id(index)!r}, {names!r})"
+        code = f"__import__('autograder.kernel.serve', fromlist=['pin']).pin({self.assembled.test_id(index)!r}, {names!r})"
         try:
             self.exchange(code, time.monotonic() + min(30.0, max(1.0, self.left())), lambda prompt: "")
             return True
@@ -231,8 +220,6 @@ class KernelSession:
 
     def respondent(self, declaration, check: str, test: str, answer: str, deadline: float):
         """The judge's respondent for answer ``answer`` as pinned at test cell ``test`` (``kernel_respondent.py``)."""
-        from .kernel_respondent import KernelRespondent
-
         return KernelRespondent(self, declaration, check, test, answer, deadline)
 
     # ---- questions
@@ -336,7 +323,7 @@ class KernelSession:
     def _prepare(self) -> None:
         """The kernel's first code, before any of the submission's: its thread count, the respondent loaded."""
         code = (f"import torch as _t; _t.set_num_threads({self.limits.threads}); del _t; "
-                "import autograder.respond as _r; del _r")
+                "import autograder.kernel.serve as _r; del _r")
         status = self.exchange(code, time.monotonic() + 120, lambda prompt: "")
         if status != "ok":
             import autograder

@@ -21,7 +21,7 @@ import nbformat
 import torch
 
 from ..judge import LocalRespondent
-from ..respond import Reply, Request
+from ..protocol import Reply, Request
 from .execute import CellResult
 from .notebooks import Assembled, assemble
 from .verdict import PartResult, judge_test_cells

@@ -2,7 +2,7 @@
 
 :class:`KernelRespondent` is what the judge (``autograder/judge.py``) asks at grading. It
 sends each request to the kernel as bytes (``autograder/wire.py``) in the code of a silent
-execution, ``respond.serve(...)``, and reads what the kernel sends back through its
+execution, ``autograder.kernel.serve.serve(...)``, and reads what the kernel sends back through its
 ``input()`` prompts:
 
 * a *reply*: the answer's result, as untrusted data, size-capped by the kernel client's
@@ -24,16 +24,18 @@ from __future__ import annotations
 import base64
 import math
 import time
-from typing import Any
+from collections import Counter
+from typing import Any, Callable, Protocol
 
 import torch
 
 from .. import wire
 from ..judge import Respondent
 from ..parts import ArgumentCheck, Part, helpers, reference_module
-from ..respond import PROMPT, Reply, Request
-from .execute import Deadline, KernelSession
+from ..protocol import PROMPT, Reply, Request
+from .errors import Deadline, TimedOut
 from .kernels import MESSAGE_BYTES
+from .sandbox import Limits
 
 #: An oracle call may carry at most this many times the elements of the request it is made
 #: for (plus :data:`ORACLE_SLACK`), counted by :func:`_elements`, integers that size a result
@@ -44,8 +46,15 @@ from .kernels import MESSAGE_BYTES
 ORACLE_FACTOR, ORACLE_SLACK = 16, 2**16
 
 
-class TimedOut(Exception):
-    """A request got no reply before its deadline (the kernel was killed)."""
+class AskedKernel(Protocol):
+    """What :class:`KernelRespondent` needs of a kernel session (``execute.KernelSession`` is one)."""
+
+    limits: Limits
+    oracle_refused: Counter
+
+    def exchange(self, code: str, deadline: float, answer: Callable[[str], str]) -> str: ...
+
+    def cpu_seconds(self) -> float | None: ...
 
 
 class KernelRespondent(Respondent):
@@ -55,7 +64,7 @@ class KernelRespondent(Respondent):
         deadline: ``time.monotonic()`` by which every request must be answered.
     """
 
-    def __init__(self, session: KernelSession, declaration: Part | ArgumentCheck, check: str, test: str, answer: str,
+    def __init__(self, session: AskedKernel, declaration: Part | ArgumentCheck, check: str, test: str, answer: str,
                  deadline: float):
         self.session, self.declaration, self.check, self.test, self.answer = session, declaration, check, test, answer
         self.deadline, self.seconds = deadline, max(0.0, deadline - time.monotonic())
@@ -82,7 +91,7 @@ class KernelRespondent(Respondent):
         largest = max((_elements((r.args, r.kwargs)) for r in requests), default=0)
         self._budget = ORACLE_FACTOR * largest + ORACLE_SLACK
         self._replies: list[Reply] | None = None
-        code = (f"__import__('autograder.respond', fromlist=['serve']).serve({self.chapter!r}, "
+        code = (f"__import__('autograder.kernel.serve', fromlist=['serve']).serve({self.chapter!r}, "
                 f"{base64.b64encode(message).decode()!r})")
         before = self.session.cpu_seconds()
         try:

@@ -4,7 +4,7 @@ Kernels start the way jupyter_client starts any kernel, through its documented s
 a kernel spec (:class:`CourseKernelSpecs`) names a *kernel provisioner*, registered as an
 entry point of the package (``pyproject.toml``), which launches the kernel:
 
-* :class:`ZygoteProvisioner` asks this process's zygote (``zygote.py``) for a fork: a
+* :class:`ZygoteProvisioner` asks this process's zygote (``autograder/kernel/zygote.py``) for a fork: a
   kernel ready in a tenth of a second, in namespaces of its own;
 * :class:`BubblewrapProvisioner` starts ``python -m ipykernel_launcher`` in a bubblewrap
   sandbox of its own, where no zygote can run.
@@ -42,7 +42,7 @@ from traitlets import Any, DottedObjectName, Type, Unicode
 from . import sandbox
 from .limits import KernelCgroup
 from .sandbox import Limits
-from .zygote import read_line
+from ..kernel.zygote import read_line
 
 #: The largest message the grader reads from a kernel; a larger one drops the connection before
 #: it is read (``zmq.MAXMSGSIZE``), so an output flood or a huge reply never fills the grader's memory.
@@ -180,7 +180,7 @@ class Zygote:
         self.policy.give(self.folder)
         self.path = os.path.join(self.folder, "zygote.sock")
         self.log = os.path.join(self.folder, "zygote.log")
-        program = [sys.executable, "-m", "autograder.grading.zygote", self.path]
+        program = [sys.executable, "-m", "autograder.kernel.zygote", self.path]
         command = sandbox.zygote_command(self.policy, program, self.folder)
         try:
             with open(self.log, "wb") as log:

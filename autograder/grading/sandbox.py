@@ -8,7 +8,7 @@ checks the grader makes on the zygote's first kernel before trusting it
 
 * **filesystem**: the operating system, Python and its environment, and the course's
   ``autograder`` package, read-only; the references sealed (a package that cannot be
-  imported is mounted over them, ``sealed_reference/``); a fresh ``/tmp`` (with the working
+  imported is mounted over them, ``autograder/kernel/sealed_reference/``); a fresh ``/tmp`` (with the working
   folder ``/tmp/work``) and ``/dev/shm``, in memory, of a fixed size, so that nothing a
   kernel writes reaches the grader's disk; and the folder of the kernel's sockets, sealed
   read-only once the kernel has bound them. The course directory (solutions, gradebook,
@@ -338,7 +338,7 @@ def sealed_paths() -> dict[str, str]:
     import autograder
 
     package = Path(autograder.__file__).resolve().parent
-    return {str(package / "reference"): str(Path(__file__).resolve().parent / "sealed_reference")}
+    return {str(package / "reference"): str(package / "kernel" / "sealed_reference")}
 
 
 def kernel_environment(limits: Limits) -> dict[str, str]:

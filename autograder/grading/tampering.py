@@ -35,7 +35,7 @@ from typing import Callable
 
 from .notebooks import Assembled, nbgrader_meta
 
-#: Calls that import a module named by a string: ``importlib.import_module("autograder.respond")``.
+#: Calls that import a module named by a string: ``importlib.import_module("autograder.kernel.serve")``.
 _IMPORTERS = ("import_module", "resolve_name", "__import__")
 #: Calls that run code given as a string (``exec``, a cell magic's body).
 _RUNS_CODE = ("exec", "eval", "compile", "run_cell", "run_cell_magic")
@@ -62,7 +62,7 @@ class Finding:
         cell: the cell's index in the graded (autograded) notebook, from 0.
         where: the cell in words: ``"answer cell `window_mask`"`` or ``"a cell the student added"``.
         line: the line in the cell, from 1.
-        what: what was found, e.g. ``"assigns into autograder.respond.respond"``.
+        what: what was found, e.g. ``"assigns into autograder.kernel.serve.respond"``.
     """
 
     cell: int
@@ -144,13 +144,13 @@ class _Visitor(ast.NodeVisitor):
     # ---- what an expression is: a dotted path where it can be told
 
     def path(self, node: ast.AST) -> str:
-        """The dotted path ``node`` evaluates to (``"autograder.respond.respond"``), ``""`` if unknown."""
+        """The dotted path ``node`` evaluates to (``"autograder.kernel.serve.respond"``), ``""`` if unknown."""
         if isinstance(node, ast.Name):
             return self.aliases.get(node.id, "")
         if isinstance(node, ast.Attribute):
             base = self.path(node.value)
             return f"{base}.{node.attr}" if base else ""
-        if isinstance(node, ast.Subscript):  # sys.modules["autograder.respond"], vars(m)["x"]
+        if isinstance(node, ast.Subscript):  # sys.modules["autograder.kernel.serve"], vars(m)["x"]
             base, key = self.path(node.value), _string(node.slice)
             if base == "sys.modules" and key:
                 return key

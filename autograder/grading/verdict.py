@@ -25,8 +25,8 @@ from nbformat import NotebookNode
 from ..core import CheckFailed
 from ..judge import JudgeFault, NotDefined, Respondent, judge, kernel_reports, where_raised
 from ..text import clean
-from .execute import CellResult, KernelLost, open_session
-from .kernel_respondent import TimedOut
+from .errors import KernelLost, TimedOut
+from .execute import CellResult, open_session
 from .tampering import Finding, scan
 from .notebooks import (Assembled, UnreadableNotebook, answer_ids, assemble, clean_outputs, parts_of, read_submission,
                         release_source)

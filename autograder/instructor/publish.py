@@ -7,7 +7,7 @@ second repository made from it by this command, holding only
 
 * ``exercises/``: the released notebooks, those of the assignments chosen
   (``--assignments 01 02``; all by default), earlier releases kept as they are;
-* ``autograder/`` without ``reference/`` and ``grading/``: the visible checks of every
+* ``autograder/`` without ``reference/``, ``grading/`` and ``instructor/``: the visible checks of every
   chapter, which read their expected values from ``autograder/cases/*.json`` (the checks of
   an assignment not released yet give nothing of its answers away);
 * ``binder/``, a ``pyproject.toml`` of the checks alone and a README: what Colab, Binder
@@ -37,8 +37,8 @@ from .gradebook import environment_on_path
 #: What the student repository holds, relative to the course repository (``exercises/``, the
 #: chosen assignments only, and a ``pyproject.toml`` of its own are written apart).
 PUBLISHED = ["autograder", "binder"]
-#: Left out of ``autograder/``: the grading side.
-WITHHELD = {"reference", "grading", "__pycache__"}
+#: Left out of ``autograder/``: the grading side (references, the grading worker, the instructor's commands).
+WITHHELD = {"reference", "grading", "instructor", "__pycache__"}
 #: Top-level folders of the course repository that are for instructors only. ``PUBLISHED``
 #: names none of them; the last look before committing refuses them all the same.
 INSTRUCTORS_ONLY = {"solutions", "instructors"}
@@ -234,7 +234,7 @@ def _prepare(destination: Path) -> None:
 def _refuse_instructor_material(destination: Path, written: list[Path]) -> None:
     """A last look at what would be published: no references, no solutions, no hidden tests."""
     for relative in written:
-        if relative.parts[:2] in (("autograder", "reference"), ("autograder", "grading")):
+        if relative.parts[0] == "autograder" and len(relative.parts) > 1 and relative.parts[1] in WITHHELD:
             raise PublishError(f"{relative} belongs to the grading side")
         if relative.parts[0] in INSTRUCTORS_ONLY:
             raise PublishError(f"{relative} is for instructors only")

@@ -321,7 +321,7 @@ def test_an_unedited_notebook_is_graded_as_the_source_itself():
 
     from autograder.grading.notebooks import assemble
 
-    source = nbformat.read(notebook(Path(__file__).parents[1] / "solutions", A), as_version=4)
+    source = nbformat.read(notebook(Path(__file__).parents[2] / "solutions", A), as_version=4)
     assembled = assemble(source, source)
     assert [c.source for c in assembled.notebook.cells] == [c.source for c in source.cells]
     assert "extra" not in assembled.roles

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autograder.grading import publish as publishing
+from autograder.instructor import publish as publishing
 from course import ASSIGNMENTS, ROOT, notebook
 from layout import chapters, toc_parts
 

@@ -19,7 +19,7 @@ from autograder import ch03_masking
 from autograder.core import Case, CheckFailed
 from autograder.grading.notebooks import clean_outputs, read_submission
 from autograder.judge import JudgeFault, kernel_error, kind_of
-from autograder.respond import Reply
+from autograder.protocol import Reply
 from autograder.text import EXCERPT_CHARACTERS, NUMBERS_KEPT, REPLACEMENT, clean, clean_tree, excerpt
 from test_grader_units import RIGHT_DOUBLE, answered, graded
 

@@ -131,7 +131,7 @@ def test_the_seed_depends_on_key_chapter_and_part():
 
 
 def test_the_grading_secret_gives_each_student_a_key(tmp_path):
-    from autograder.grading.secret import load_or_create, student_key
+    from autograder.instructor.secret import load_or_create, student_key
 
     secret, created = load_or_create(tmp_path / "secret")
     again, created_again = load_or_create(tmp_path / "secret")
@@ -359,8 +359,8 @@ def test_a_visible_case_may_pass_only_helpers_of_the_checks():
 
 
 def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_path, capsys, monkeypatch):
-    from autograder.grading import cli
-    from autograder.grading.secret import load_or_create, student_key
+    from autograder.instructor import cli
+    from autograder.instructor.secret import load_or_create, student_key
 
     secret_file = tmp_path / "secret"
     secret, _ = load_or_create(secret_file)

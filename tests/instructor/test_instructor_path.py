@@ -178,7 +178,7 @@ def test_the_course_feedback_template_leaves_the_formgraders_pages_alone():
     from nbconvert.exporters import HTMLExporter
     from traitlets.config.loader import PyFileConfigLoader
 
-    from autograder.grading.feedback import FeedbackExporter, InlineMathJax
+    from autograder.instructor.feedback import FeedbackExporter, InlineMathJax
 
     config = PyFileConfigLoader("nbgrader_config.py", path=str(ROOT)).load_config()
     from nbgrader.server_extensions.formgrader import handlers

@@ -2,7 +2,7 @@
 
 * ``grade ASSIGNMENT``: grade every new or changed submission, in parallel, in sandboxes,
   on this machine or a Dask cluster; a command-line face of
-  :func:`autograder.grading.assignment.grade`, whose settings (``settings.py``) become
+  :func:`autograder.instructor.grade.grade`, whose settings (``settings.py``) become
   its options, each readable from the course's ``nbgrader_config.py`` too;
 * ``publish DEST``: write the student repository (``publish.py``);
 * ``cases ASSIGNMENT STUDENT``: the hidden inputs one student was graded on.
@@ -19,11 +19,11 @@ from pathlib import Path
 
 from traitlets import Bool, Float, Integer
 
-from .assignment import grade, summary
-from .execute import GradingEnvironmentError
+from .grade import grade, summary
+from ..grading.errors import GradingEnvironmentError
 from .gradebook import Course, environment_on_path
 from .publish import PublishError, publish
-from .sandbox import SandboxUnavailable
+from ..grading.sandbox import SandboxUnavailable
 from .secret import load_or_create, student_key
 from .settings import GradeSettings, course_config, resolve, setting_names
 

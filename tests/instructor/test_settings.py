@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from autograder.grading import cli
-from autograder.grading.assignment import grade
-from autograder.grading.settings import GradeSettings, course_config, resolve, setting_names
+from autograder.instructor import cli
+from autograder.instructor.grade import grade
+from autograder.instructor.settings import GradeSettings, course_config, resolve, setting_names
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def course_with_config(folder: Path, lines: str) -> Path:

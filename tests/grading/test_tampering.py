@@ -4,7 +4,7 @@ In the style of nbgrader's preprocessor tests: small cells and notebooks built b
 to the scan of a submission's own cells (``grading/tampering.py``), to the verdict that
 withholds the points a tampering kernel could have forged (``grading/verdict.py``), and to
 the tripwires that see library attention at the level of PyTorch's operators
-(``core.tripwires``). The crafted submissions graded by the real command are in
+(``kernel/measure.py``: ``tripwires``). The crafted submissions graded by the real command are in
 ``submissions.py`` (section 13).
 """
 
@@ -20,35 +20,35 @@ import torch.nn.functional as F
 from nbformat.v4 import new_code_cell
 
 from autograder import ch03_masking
-from autograder.core import tripwires
-from autograder.grading.assignment import GradeReport, summary
+from autograder.kernel.measure import tripwires
+from autograder.instructor.grade import GradeReport, summary
 from autograder.grading.notebooks import assemble
 from autograder.grading.tampering import scan, scan_source
 from autograder.judge import kernel_reports
 from autograder.parts import ArgumentCheck, Part
 from test_grader_units import ANSWER_1, RIGHT_SQUARE, WRONG_DOUBLE, answered, graded, index_of, source_notebook
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # --------------------------------------------------------------------------------------
 # The scan of one cell
 # --------------------------------------------------------------------------------------
 
 FLAGGED = {
-    "respondent replaced": ("import autograder.respond as r\nr.respond = lambda *a, **k: None", 2, "autograder.respond.respond"),
-    "from-import then assignment": ("from autograder import respond\nrespond.serve = print", 2, "autograder.respond.serve"),
+    "respondent replaced": ("import autograder.kernel.serve as r\nr.respond = lambda *a, **k: None", 2, "autograder.kernel.serve.respond"),
+    "from-import then assignment": ("from autograder.kernel import serve\nserve.serve = print", 2, "autograder.kernel.serve.serve"),
     "augmented assignment": ("from autograder import ch03_masking as c\nc.CHAPTER += 'x'", 2, "autograder.ch03_masking"),
     "deleted": ("import autograder.judge\ndel autograder.judge.judge", 2, "deletes"),
-    "setattr through sys.modules": ("import sys\nsetattr(sys.modules['autograder.core'], 'tripwires', print)", 2,
-                                    "autograder.core"),
-    "vars() item": ("import autograder.respond as r\nvars(r)['respond'] = print", 2, "autograder.respond.respond"),
-    "__dict__ update": ("import autograder.respond as r\nr.__dict__.update(respond=print)", 2, "changes"),
+    "setattr through sys.modules": ("import sys\nsetattr(sys.modules['autograder.kernel.measure'], 'tripwires', print)", 2,
+                                    "autograder.kernel.measure"),
+    "vars() item": ("import autograder.kernel.serve as r\nvars(r)['respond'] = print", 2, "autograder.kernel.serve.respond"),
+    "__dict__ update": ("import autograder.kernel.serve as r\nr.__dict__.update(respond=print)", 2, "changes"),
     "resolve_name": ("import pkgutil\nm = pkgutil.resolve_name('autograder.ch03_masking')", 2, "resolve_name"),
     "import_module": ("import importlib\nimportlib.import_module('autograder.judge')", 2, "import_module"),
-    "__import__": ("__import__('autograder.respond')", 1, "__import__"),
+    "__import__": ("__import__('autograder.kernel.serve')", 1, "__import__"),
     "a function's code swapped": ("f.__code__ = g.__code__", 1, "__code__"),
     "code swapped by setattr": ("setattr(f, '__code__', g.__code__)", 1, "__code__"),
-    "getattr chain": ("import autograder\ngetattr(autograder, 'respond').respond = print", 2, "autograder.respond.respond"),
+    "getattr chain": ("import autograder\ngetattr(autograder.kernel, 'serve').respond = print", 2, "autograder.kernel.serve.respond"),
     "ATen operator": ("def f(q, k, v):\n    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v)", 2,
                       "torch.ops"),
     "torch._C": ("import torch\nmode = torch._C._get_torch_function_mode()", 2, "torch._C"),
@@ -57,9 +57,9 @@ FLAGGED = {
     "the kernel object": ("kernel = get_ipython().kernel", 1, "kernel object"),
     "the shell kept, then its kernel": ("shell = get_ipython()\nshell.kernel.do_execute = None", 2, "kernel object"),
     "IPKernelApp": ("from ipykernel.kernelapp import IPKernelApp", 1, "ipykernel"),
-    "code in exec": ("exec('import autograder.respond as r\\nr.respond = 1')", 1, "autograder"),
-    "a cell magic's body": ("%%time\nimport autograder.core as c\nc.largest_tensor_created = len", 3,
-                            "autograder.core.largest_tensor_created"),
+    "code in exec": ("exec('import autograder.kernel.serve as r\\nr.respond = 1')", 1, "autograder"),
+    "a cell magic's body": ("%%time\nimport autograder.kernel.measure as c\nc.largest_tensor_created = len", 3,
+                            "autograder.kernel.measure.largest_tensor_created"),
     "a cell that does not parse": ("def f(:\n    pass\ntorch._C._nn.x = 1", 3, "does not parse"),
 }
 
@@ -69,9 +69,9 @@ NOT_FLAGGED = {
     "public library attention (the judge's affair)": "y = F.scaled_dot_product_attention(q, k, v)",
     "dunder and tensor attributes": "print(torch.__version__)\nx = torch.zeros(2)\nx._version\nx.grad = None",
     "magics and shell escapes": "%matplotlib inline\n!ls\nget_ipython().run_line_magic('time', 'x = 1')",
-    "a comment": "# torch._C and autograder.respond.respond = 1 in a comment\nx = 1",
+    "a comment": "# torch._C and autograder.kernel.serve.respond = 1 in a comment\nx = 1",
     "the student's own names": "respond = 1\nrespond.x = 2\nkernel = 3\ncode = f.__code__",
-    "a name rebound": "import autograder.respond as r\nr = object()\nr.respond = 1",
+    "a name rebound": "import autograder.kernel.serve as r\nr = object()\nr.respond = 1",
     "a cell that does not parse, but only imports": "from autograder import ch03_masking as checks\ndef f(:",
 }
 
@@ -107,7 +107,7 @@ def test_only_the_students_cells_are_flagged_with_names_the_instructors_cells_bo
 
 def test_a_cell_the_student_added_is_scanned_and_named_so():
     submission = answered()
-    submission.cells.insert(ANSWER_1, new_code_cell("import autograder.respond as r\nr.respond = None"))
+    submission.cells.insert(ANSWER_1, new_code_cell("import autograder.kernel.serve as r\nr.respond = None"))
     findings = scan(assemble(source_notebook(), submission))
     assert [(f.where, f.line) for f in findings] == [("a cell the student added", 2)]
 
@@ -123,7 +123,7 @@ def test_no_solution_notebook_is_flagged(assignment):
 # The verdict: points a tampering kernel could have forged are withheld
 # --------------------------------------------------------------------------------------
 
-TAMPERING = "import autograder.respond as r\nr.respond = r.respond"
+TAMPERING = "import autograder.kernel.serve as r\nr.respond = r.respond"
 
 
 def test_a_flagged_notebook_needs_a_look_where_it_passed_on_the_kernels_word_and_keeps_its_failures():
@@ -134,7 +134,7 @@ def test_a_flagged_notebook_needs_a_look_where_it_passed_on_the_kernels_word_and
     look = results["test_padding_mask"]
     assert (look.status, look.score, look.max_score) == ("needs a look", 0.0, 1.0)
     added = assembled.roles.index("extra")
-    assert f"a cell the student added (cell {added + 1}), line 2: assigns into the course's autograder.respond.respond" \
+    assert f"a cell the student added (cell {added + 1}), line 2: assigns into the course's autograder.kernel.serve.respond" \
         in look.message
     assert "whether it changes its inputs in place" in look.message and texts["test_padding_mask"] == look.message
 

@@ -99,7 +99,7 @@ def test_record_retries_when_another_run_adds_the_same_student_at_the_same_momen
     """The race of two runs: both find no student ``ada``, both insert her; the later insert
     waits for the other transaction and then fails on the unique key. Here the other run is
     a connection that inserts ``ada`` and commits only once ``record`` waits on it."""
-    from autograder.grading.gradebook import Course, ensure_assignment, record
+    from autograder.instructor.gradebook import Course, ensure_assignment, record
 
     url = postgres.create_database("race")
     course = Course.open(small_course(tmp_path, url, A))
@@ -137,7 +137,7 @@ def test_a_record_that_fails_halfway_leaves_nothing_behind(postgres, tmp_path):
     """Student, submission and scores are one transaction: nothing of it without the rest."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    from autograder.grading.gradebook import Course, ensure_assignment, record
+    from autograder.instructor.gradebook import Course, ensure_assignment, record
     from autograder.grading.verdict import PartResult
 
     url = postgres.create_database("atomic")
@@ -158,7 +158,7 @@ def test_an_assignment_saved_halfway_is_completed_by_the_next_run(postgres, tmp_
     away in between left the notebook without (some of) its cells."""
     from nbgrader.api import Gradebook
 
-    from autograder.grading.gradebook import Course, ensure_assignment, record
+    from autograder.instructor.gradebook import Course, ensure_assignment, record
 
     url = postgres.create_database("halfway")
     course = Course.open(small_course(tmp_path, url, A))
@@ -173,7 +173,7 @@ def test_an_assignment_saved_halfway_is_completed_by_the_next_run(postgres, tmp_
 
 def test_first_runs_at_once_on_an_empty_database_create_its_tables_once(postgres, tmp_path):
     """Runs of different assignments that start together all find an empty database."""
-    from autograder.grading.gradebook import Course, ensure_assignment, record
+    from autograder.instructor.gradebook import Course, ensure_assignment, record
 
     url = postgres.create_database("empty")
     assignments = [A, B, "02_attention_scoring", "04_multihead"]
@@ -201,7 +201,7 @@ def test_first_runs_at_once_on_an_empty_database_create_its_tables_once(postgres
 
 
 def test_a_database_that_cannot_be_reached_is_a_clear_one_line_error(postgres, tmp_path):
-    from autograder.grading.gradebook import Course, GradebookUnavailable, ensure_assignment, record
+    from autograder.instructor.gradebook import Course, GradebookUnavailable, ensure_assignment, record
 
     url = postgres.url("no_such_database")
     course = Course.open(small_course(tmp_path, url, A))
@@ -216,8 +216,8 @@ def test_a_database_that_cannot_be_reached_is_a_clear_one_line_error(postgres, t
 
 
 def test_a_server_that_never_answers_is_a_clear_error_within_the_connect_timeout(tmp_path, monkeypatch):
-    from autograder.grading import gradebook
-    from autograder.grading.gradebook import Course, GradebookUnavailable, ensure_assignment
+    from autograder.instructor import gradebook
+    from autograder.instructor.gradebook import Course, GradebookUnavailable, ensure_assignment
 
     silent = socket.create_server(("127.0.0.1", 0))  # accepts connections, never says a word
     url = f"postgresql+psycopg://grader@127.0.0.1:{silent.getsockname()[1]}/grades"
@@ -233,7 +233,7 @@ def test_a_server_that_never_answers_is_a_clear_error_within_the_connect_timeout
 
 
 def test_limits_given_in_the_url_are_kept_and_other_databases_are_left_alone():
-    from autograder.grading.gradebook import with_limits
+    from autograder.instructor.gradebook import with_limits
 
     url = with_limits("postgresql+psycopg://grader:pw@db.example.org/grades?connect_timeout=3")
     assert "connect_timeout=3" in url and "keepalives=1" in url and "grader:pw@" in url
@@ -241,7 +241,7 @@ def test_limits_given_in_the_url_are_kept_and_other_databases_are_left_alone():
 
 
 def test_a_missing_driver_is_a_clear_error(tmp_path):
-    from autograder.grading.gradebook import Course, GradebookUnavailable, ensure_assignment
+    from autograder.instructor.gradebook import Course, GradebookUnavailable, ensure_assignment
 
     course = Course.open(small_course(tmp_path, "postgresql+nosuchdriver://postgres@/grades", A))
     with pytest.raises(GradebookUnavailable, match="no driver .* install it"):
@@ -249,7 +249,7 @@ def test_a_missing_driver_is_a_clear_error(tmp_path):
 
 
 def test_a_password_is_not_shown_in_the_error():
-    from autograder.grading.gradebook import describe
+    from autograder.instructor.gradebook import describe
 
     assert describe("postgresql+psycopg://grader:s3cret@db.example.org/grades") == \
         "postgresql+psycopg://grader:***@db.example.org/grades"

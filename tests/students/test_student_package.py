@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from autograder.grading.notebooks import release_source
-from autograder.grading.publish import PublishError, publish
+from autograder.instructor.publish import PublishError, publish
 from autograder.reference import generate
 from course import ASSIGNMENTS, ROOT, load, notebook
 
@@ -100,7 +100,7 @@ def hidden_tests() -> list[str]:
 @pytest.mark.parametrize("which", ["course", "students"])
 def test_the_wheel_holds_the_checks_and_their_cases_and_requires_nothing(wheels, which):
     texts = wheel_texts(wheels[which])
-    withheld = ("reference",) if which == "course" else ("reference", "grading")
+    withheld = ("reference",) if which == "course" else ("reference", "grading", "instructor")
     modules = {str(p.relative_to(ROOT)) for p in (ROOT / "autograder").rglob("*.py")
                if p.relative_to(ROOT / "autograder").parts[0] not in withheld}
     assert modules <= set(texts), f"the wheel misses {sorted(modules - set(texts))}"
@@ -147,7 +147,7 @@ def test_the_published_repository_holds_no_solution_and_no_hidden_test(tmp_path)
 
 def test_publishing_refuses_a_folder_it_did_not_make(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
-    from autograder.grading.publish import PublishError
+    from autograder.instructor.publish import PublishError
 
     with pytest.raises(PublishError, match="not empty"):
         publish(ROOT, tmp_path, check_generated=False)

@@ -36,7 +36,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoSuchMod
 from traitlets.config.loader import Config, PyFileConfigLoader
 
 from ..text import clean
-from .verdict import PartResult
+from ..grading.verdict import PartResult
 
 T = TypeVar("T")
 ATTEMPTS = 5  # tries of one transaction that conflicts with another run's (see ``_conflict``)

@@ -10,7 +10,7 @@ declaration serves three ways of giving it, the later overriding the earlier:
        c.GradeSettings.timeout = 60
        c.GradeSettings.scheduler = "tcp://grading.example.edu:8786"
 
-3. a keyword argument of :func:`autograder.grading.assignment.grade`, which is what each
+3. a keyword argument of :func:`autograder.instructor.grade.grade`, which is what each
    option of ``python -m autograder grade`` becomes (``--memory-mb 2048`` is
    ``memory_mb=2048``).
 """

@@ -1,4 +1,4 @@
-"""Kernels forked from a zygote (``autograder/grading/zygote.py``) keep every sandbox guarantee.
+"""Kernels forked from a zygote (``autograder/kernel/zygote.py``) keep every sandbox guarantee.
 
 Real kernels, forked from one real zygote: each test starts kernels the way the grading
 command does and asks them, from inside, what they can see and do.
@@ -18,7 +18,7 @@ import nbformat
 import pytest
 from jupyter_core.utils import run_sync
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
 
 
@@ -223,7 +223,7 @@ result = {'leak': os.environ.get('AUTOGRADER_LEAK_CHECK'), 'keys': sorted(os.env
 @pytest.mark.slow
 def test_the_references_cannot_be_imported_or_read_in_a_kernel(zygote, kernels):
     state = zygote.modules()
-    assert "torch" in state["modules"] and "autograder.respond" in state["modules"]
+    assert "torch" in state["modules"] and "autograder.kernel.serve" in state["modules"]
     assert not [m for m in state["modules"] if m.startswith("autograder.reference")]
     assert state["threads"] == 1
     references = ROOT / "autograder" / "reference"

@@ -54,7 +54,7 @@ says so in one line on stderr and starts each kernel in its own bubblewrap sandb
 before (``sandbox.SandboxedKernelManager``): slower, never less sandboxed. Setting
 ``AUTOGRADER_ZYGOTE=0`` (or ``Limits.zygote`` false) chooses that path outright.
 
-This module is also the zygote's program (``python -m autograder.grading.zygote SOCKET``),
+This module is also the zygote's program (``python -m autograder.kernel.zygote SOCKET``),
 so at module level it imports the standard library only.
 """
 
@@ -79,7 +79,7 @@ from . import linux
 PRELOAD = ("torch", "torch.nn", "torch.nn.functional", "torch.testing", "numpy", "matplotlib.pyplot",
            "matplotlib.backends.backend_agg", "IPython", "ipykernel.kernelapp", "ipykernel.ipkernel",
            "ipykernel.zmqshell", "ipykernel.debugger", "IPython.core.debugger", "IPython.core.completerlib",
-           "IPython.extensions.storemagic", "sqlite3", "jupyter_client.session", "autograder.respond", "autograder.plots",
+           "IPython.extensions.storemagic", "sqlite3", "jupyter_client.session", "autograder.kernel.serve", "autograder.plots",
            "torch._dynamo")
 #: Left out of a zygote for ``--device cuda``: they load GPU libraries, and CUDA must
 #: not be touched before a fork.
@@ -103,7 +103,7 @@ _folder = ""  # the folder of the zygote's socket, which holds every kernel's so
 
 
 def main(argv: list[str]) -> None:
-    """``python -m autograder.grading.zygote SOCKET [--no-namespaces --parent PID]``.
+    """``python -m autograder.kernel.zygote SOCKET [--no-namespaces --parent PID]``.
 
     Under bubblewrap the zygote dies with bubblewrap's init (``--die-with-parent`` then
     ties that to the grader); without it, with ``--parent``, the grading process.

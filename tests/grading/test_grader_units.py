@@ -39,7 +39,7 @@ from autograder.grading.notebooks import (
     release_source,
 )
 from autograder.grading.verdict import PartResult, autograded, judge_test_cells
-from autograder.respond import PROMPT, Reply
+from autograder.protocol import PROMPT, Reply
 
 # --------------------------------------------------------------------------------------
 # Building notebooks by hand
@@ -652,7 +652,7 @@ def test_an_oracle_answers_only_what_this_part_may_call_on_inputs_of_its_size():
 
 def test_a_loss_computed_by_the_grader_carries_its_gradient_back_into_the_kernel(monkeypatch):
     """A training loop that calls an earlier part (assignment 7's loss) is answered outside, gradient included."""
-    from autograder import respond
+    from autograder.kernel import serve as respond
     from autograder.ch07_decoding import TRAINING
     from autograder.reference import ch07_decoding as ref07
 
@@ -820,7 +820,7 @@ def test_a_kernel_cgroup_gets_a_cpu_quota_of_its_threads_and_counts_its_cpu_time
 
 
 def test_backward_passes_are_counted_only_inside_the_block():
-    from autograder.core import counting_backward_passes
+    from autograder.kernel.measure import counting_backward_passes
 
     weight = torch.ones(3, requires_grad=True)
     with counting_backward_passes() as passes:
@@ -992,7 +992,7 @@ def _gone(pid: int) -> bool:
 
 
 def test_an_oversized_notebook_is_refused_unread_every_part_an_error():
-    from autograder.grading.assignment import Oversized, grade_task
+    from autograder.grading.worker import Oversized, grade_task
     from autograder.grading.sandbox import Limits
 
     outcome = grade_task(nbformat.writes(source_notebook()), "toy.ipynb", Oversized(30 * 2**20, 20 * 2**20),
@@ -1018,7 +1018,7 @@ def test_a_bubblewrapped_kernel_binds_no_folder_of_the_host_but_its_sockets():
 def test_what_a_submission_did_to_the_grader_is_noted_for_the_runs_summary(tmp_path):
     from pathlib import Path
 
-    from autograder.grading.assignment import GradeReport, summary
+    from autograder.instructor.grade import GradeReport, summary
     from autograder.grading.execute import KernelSession
     from autograder.grading.sandbox import Limits
 

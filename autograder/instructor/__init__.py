@@ -1,0 +1,15 @@
+"""The instructor's commands: ``python -m autograder grade`` and ``publish``, in the instructor's process.
+
+This process holds the course secret and is the only one that writes: the gradebook, the
+autograded notebooks, the CSV, the student repository. It trusts the course's files and
+the results its grading workers return (checked against its own code fingerprint), never
+a submission's bytes, which it only hands to a worker (``autograder/grading/``).
+
+* ``cli.py``: the command line; ``settings.py``: every setting, declared once;
+* ``grade.py``: :func:`grade`, grading every new or changed submission, with workers of this
+  machine or a Dask cluster, and the run's summary;
+* ``gradebook.py``: the course directory as nbgrader lays it out, and the grades recorded;
+* ``secret.py``: the course secret behind the hidden cases;
+* ``publish.py``: the student repository of a course run for credit;
+* ``feedback.py`` and ``templates/``: the feedback pages' math, from the course's own MathJax.
+"""
