@@ -17,14 +17,14 @@ c.ExecutePreprocessor.timeout = 120
 # (autograder/instructor/templates/course_feedback/, autograder/instructor/feedback.py).
 import os.path as _path  # noqa: E402
 
-import autograder.grading as _grading  # noqa: E402
+import autograder.instructor as _instructor  # noqa: E402
 import nbgrader as _nbgrader  # noqa: E402
 
 c.GenerateFeedback.exporter_class = "autograder.instructor.feedback.FeedbackExporter"  # not the formgrader's pages
 c.FeedbackExporter.template_name = "course_feedback"
 c.FeedbackExporter.template_file = "course_feedback.html.j2"
 c.FeedbackExporter.extra_template_basedirs = [
-    _path.join(_path.dirname(_grading.__file__), "templates"),
+    _path.join(_path.dirname(_instructor.__file__), "templates"),
     _path.join(_path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates"),
 ]
 
