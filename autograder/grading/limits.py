@@ -219,14 +219,6 @@ class KernelCgroup:
         for path in self.procs_files:
             Path(path).write_text(str(pid))
 
-    def memory_peak(self) -> int | None:
-        """The most memory the kernel used at once, in bytes, where the cgroup says."""
-        for name in ("memory.peak", "memory.max_usage_in_bytes"):
-            path = self.memory / name
-            if path.exists():
-                return int(path.read_text())
-        return None
-
     def out_of_memory(self) -> bool:
         """Whether the kernel hit its memory limit and a process of it was killed (known after :meth:`close` too)."""
         if self.closed:

@@ -2,9 +2,10 @@
 
 Every place that enforces it reads the same :class:`Policy`: the bubblewrap command of a
 kernel or of the zygote (:func:`bwrap_command`), the request by which a forked kernel sets
-itself up inside the zygote (:meth:`Policy.zygote_request`, read by ``zygote.py``), and the
-checks the grader makes on the zygote's first kernel before trusting it
-(:meth:`Policy.expectations`, compared by ``kernels.py``). What it holds:
+itself up inside the zygote (:meth:`Policy.zygote_request`, read by ``autograder/kernel/zygote.py``,
+which lays out what the request says and computes none of it), and the checks the grader
+makes on the zygote's first kernel before trusting it (:meth:`Policy.expectations`,
+compared by ``kernels.py``). What it holds:
 
 * **filesystem**: the operating system, Python and its environment, and the course's
   ``autograder`` package, read-only; the references sealed (a package that cannot be
@@ -22,7 +23,10 @@ checks the grader makes on the zygote's first kernel before trusting it
   included) and processes (``limits.py``); per process, ``prlimit`` caps data memory (a
   huge allocation fails with an error in the student's cell), written file size and core
   dumps, and, where no cgroup can be made, the address space. Time, output and message
-  sizes are kept by the grader (``execute.py``, ``kernels.py``).
+  sizes are kept by the grader (``execute.py``, ``kernels.py``). On a GPU (``--device
+  cuda``), PyTorch's allocator caps the kernel's GPU memory, set as the kernel starts CUDA
+  (``torch.cuda.set_per_process_memory_fraction``): a guard against one kernel filling the
+  GPU by mistake, not a wall, since the student's code could lift it.
 * **one kernel, one submission**: every kernel is a new process with its own namespaces,
   environment and random state; a restart starts a new one.
 """
@@ -49,6 +53,15 @@ FILE_BYTES = 256 * 2**20
 #: Address space a PyTorch process reserves beyond what it uses (about 4 GiB at rest): without a
 #: cgroup the address space is capped at the memory limit plus this.
 ADDRESS_SPACE_SLACK = 8 * 2**30
+#: A kernel's working folder, in its own ``/tmp``.
+WORK_FOLDER = "/tmp/work"
+#: The device nodes of a kernel's ``/dev``, as bubblewrap's ``--dev`` makes it (the GPU's are added for ``cuda``).
+DEVICE_NODES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty")
+#: The links of a kernel's ``/dev``, as bubblewrap's ``--dev`` makes them: ``{name: target}``.
+DEVICE_LINKS = {"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+                "stderr": "/proc/self/fd/2", "core": "/proc/kcore", "ptmx": "pts/ptmx"}
+#: The parts of a kernel's ``/proc`` made read-only, as bubblewrap's ``--proc`` does.
+PROC_READ_ONLY = ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus")
 
 
 class SandboxUnavailable(Exception):
@@ -70,6 +83,7 @@ class Limits:
         sandbox: run the kernel under bubblewrap (``False`` only for machines without it).
         zygote: fork kernels from a warm zygote (``zygote.py``); ``False`` starts each
             kernel from scratch (slower, equally sandboxed).
+        gpu_memory_mb: the kernel's memory on each GPU, for ``cuda``; ``None``: ``memory_mb``.
     """
 
     cell_seconds: float = 120.0
@@ -81,6 +95,7 @@ class Limits:
     device: str = "cpu"
     sandbox: bool = True
     zygote: bool = True
+    gpu_memory_mb: int | None = None
 
 
 @dataclass(frozen=True)
@@ -97,6 +112,8 @@ class Policy:
         cgroup: where the kernel's cgroup is made, or ``None`` (``cgroup_why`` says why).
         outer_uid: who the sandbox runs as outside, when the grader is root; ``None``: as the grader.
         sandbox: bubblewrap and namespaces at all (``--no-sandbox`` keeps the limits only).
+        gpu_memory_bytes: what PyTorch lets the kernel allocate on each GPU, or ``None``
+            where kernels see no GPU (``cpu``): nothing about CUDA is done then.
     """
 
     limits: Limits
@@ -111,17 +128,46 @@ class Policy:
     outer_uid: int | None = None
     sandbox: bool = True
     notes: tuple[str, ...] = field(default_factory=tuple)
+    gpu_memory_bytes: int | None = None
 
     def zygote_request(self) -> dict:
-        """What a forked kernel is told to set up in itself (``zygote.py`` reads it)."""
+        """Everything a forked kernel lays out in itself, as data: ``autograder/kernel/zygote.py`` computes none of it.
+
+        Its environment, ``prlimit`` limits, the size of its ``/tmp`` and ``/dev/shm``, and
+        whether the grader places it in a cgroup; the device nodes (the GPU's included) and
+        links of its fresh ``/dev``; the parts of its ``/proc`` made read-only; the read-only
+        paths its fresh ``/tmp`` would hide, bound back; the sealed references (its first
+        kernel reports what it sees there); its working folder; its GPU memory cap.
+        """
         return {"env": self.environment, "rlimits": self.rlimits, "tmpfs_bytes": self.tmpfs_bytes,
-                "place": self.cgroup is not None}
+                "place": self.cgroup is not None, "devices": [*DEVICE_NODES, *self.devices],
+                "device_links": dict(DEVICE_LINKS), "proc_read_only": list(PROC_READ_ONLY),
+                "read_only_under_tmp": self.read_only_under_tmp(), "sealed": list(self.sealed), "work": WORK_FOLDER,
+                "gpu_memory_bytes": self.gpu_memory_bytes}
+
+    def read_only_under_tmp(self) -> list[str]:
+        """The read-only paths under ``/tmp`` (a course checked out to ``/tmp/ci``: its environment, its package).
+
+        A forked kernel's fresh ``/tmp`` would hide them: it binds them back, read-only. Only
+        the outermost are listed, since a path inside another travels with it.
+        """
+        under = sorted(path for path in self.read_only if (path.rstrip("/") + "/").startswith("/tmp/"))
+        return [path for path in under if not any(path != outer and path.startswith(outer.rstrip("/") + "/")
+                                                  for outer in under)]
+
+    def kernel_program(self, connection_file: str) -> list[str]:
+        """The command of a kernel started on its own (bubblewrap, no zygote): ipykernel's launcher, run by
+        ``autograder/kernel/zygote.py --kernel`` where a GPU memory cap must be set first."""
+        if self.gpu_memory_bytes is None:
+            return [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file]
+        return [sys.executable, "-m", "autograder.kernel.zygote", "--kernel", str(self.gpu_memory_bytes),
+                "-f", connection_file]
 
     def expectations(self, folder: str) -> dict:
         """What the zygote's first kernel must report of its sandbox (``kernels.Zygote`` compares)."""
         under_tmp = {path.split("/")[2] for path in [folder, *self.read_only] if path.startswith("/tmp/")}
         return {"pid": 2, "pids": [1, 2], "CapEff": "0" * 16, "CapBnd": "0" * 16, "NoNewPrivs": "1",
-                "interfaces": ["lo"], "cwd": "/tmp/work", "tmp": {"work", ".matplotlib"} | under_tmp,
+                "interfaces": ["lo"], "cwd": WORK_FOLDER, "tmp": {os.path.basename(WORK_FOLDER), ".matplotlib"} | under_tmp,
                 "tmp_bytes": self.tmpfs_bytes, "sealed": {path: ["__init__.py"] for path in self.sealed},
                 "shadow": False if self.outer_uid is not None or os.geteuid() != 0 else None}
 
@@ -135,6 +181,7 @@ class Policy:
             lines = [f"limits per kernel process: data {memory}, address space {memory} + "
                      f"{ADDRESS_SPACE_SLACK // 2**30} GiB, /tmp and /dev/shm {self.tmpfs_bytes // 2**20} MiB each, "
                      f"no process limit (no cgroup: {self.cgroup_why})", self._describe_cpu()]
+        lines.append(self._describe_gpu())
         if not self.sandbox:
             lines.append("sandbox OFF: kernels run as this user, see the course's files, the network and each other")
         elif self.outer_uid is not None:
@@ -154,6 +201,13 @@ class Policy:
         clock = ("CPU time of the kernel's cgroup" if hierarchy is not None and hierarchy.cpuacct is not None
                  else "wall-clock time (no cgroup here counts a kernel's CPU time)")
         return f"{share}; training time limits in {clock}"
+
+    def _describe_gpu(self) -> str:
+        """The run's line on GPU memory: each kernel's cap, or that kernels see no GPU."""
+        if self.gpu_memory_bytes is None:
+            return "GPU memory: none, kernels see no GPU (device cpu)"
+        return (f"GPU memory per kernel: at most {self.gpu_memory_bytes // 2**20} MiB of each GPU (PyTorch's "
+                "per-process memory fraction, set as the kernel starts CUDA; a guard its own code could lift)")
 
     # ---- commands
 
@@ -232,8 +286,8 @@ def bwrap_command(policy: Policy, kernel_command: list[str], sockets: str) -> li
     if not policy.sandbox:
         return policy.outer_command() + _env(policy) + kernel_command
     command = ["bwrap", *policy.namespaces(), "--die-with-parent", "--new-session", "--proc", "/proc",
-               *policy.bwrap_mounts(sockets), "--bind", sockets, sockets, "--perms", "1777", "--dir", "/tmp/work",
-               "--chdir", "/tmp/work"]
+               *policy.bwrap_mounts(sockets), "--bind", sockets, sockets, "--perms", "1777", "--dir", WORK_FOLDER,
+               "--chdir", WORK_FOLDER]
     return policy.outer_command() + command + policy.inner_command() + kernel_command
 
 
@@ -294,7 +348,20 @@ def policy(limits: Limits) -> Policy:
                   environment=kernel_environment(limits), rlimits=rlimits,
                   tmpfs_bytes=memory if cgroup is not None else max(64 * 2**20, memory // 8), cgroup=cgroup,
                   cgroup_why="" if cgroup is not None else str(hierarchy), outer_uid=outer_uid,
-                  sandbox=limits.sandbox, notes=tuple(notes))
+                  sandbox=limits.sandbox, notes=tuple(notes), gpu_memory_bytes=gpu_memory_bytes(limits))
+
+
+def gpu_memory_bytes(limits: Limits) -> int | None:
+    """What a kernel may allocate on each GPU: ``gpu_memory_mb``, else as much as its memory, for ``cuda``.
+
+    The default is the kernel's memory because a submission's tensors are as large on the GPU
+    as on the CPU (the checks run the same inputs on both), and because it is known without
+    asking the GPU: nothing here may start CUDA, since the grading processes and the zygote
+    fork. ``None`` for ``cpu``: kernels see no GPU.
+    """
+    if limits.device != "cuda":
+        return None
+    return (limits.gpu_memory_mb or limits.memory_mb) * 2**20
 
 
 def _outer_user(limits: Limits) -> tuple[int | None, list[str]]:

@@ -53,7 +53,7 @@ def detach(path: str) -> int:
 
 
 def attach(descriptor: int, target: str) -> None:
-    """Mount what :func:`_detach` returned on ``target`` (``move_mount``)."""
+    """Mount what :func:`detach` returned on ``target`` (``move_mount``); ``target`` must be of its kind, file or folder."""
     _check(_libc.syscall(ctypes.c_long(_SYS_MOVE_MOUNT), ctypes.c_int(descriptor), b"", ctypes.c_int(_AT_FDCWD),
                          target.encode(), ctypes.c_uint(_MOVE_MOUNT_F_EMPTY_PATH)), f"move_mount on {target}")
     os.close(descriptor)

@@ -2,8 +2,8 @@
 
 Starting a Python kernel and importing PyTorch costs about two seconds, more than most
 notebooks take to grade. So each grading process starts one *zygote* (lazily, on its
-first kernel, or once for a pool of processes with :func:`prestart`): a Python process
-inside a bubblewrap sandbox (``sandbox.zygote_command``) that imports once what every
+first kernel, or once for a pool of processes with ``kernels.prestart``): a Python process
+inside a bubblewrap sandbox (``grading/sandbox.zygote_command``) that imports once what every
 kernel needs (PyTorch and ``torch._dynamo``, IPython and ipykernel, matplotlib, the
 course's respondent and checks) and then waits on a Unix socket. For each kernel, the grader
 connects and the zygote forks; the copy sandboxes itself a second time, on its own, and
@@ -13,7 +13,13 @@ The zygote imports nothing that depends on a submission (and no reference: they 
 even in its sandbox), and it runs no PyTorch operation (no thread pool or CUDA context
 exists before a fork). It never even reads a request: it accepts a connection and forks,
 and only the fork reads what the grader asks, so nothing of one submission is ever in the
-memory of the zygote, hence of another submission's kernel.
+memory of the zygote, hence of another submission's kernel. At start-up it writes what it
+holds before its first fork (the modules it imported, its threads, whether CUDA started)
+as one line of its log (:data:`STATE`).
+
+What each kernel's sandbox holds (device nodes, ``/proc`` covered, paths bound back, its
+working folder, its limits) comes in the request, as data, from the grader's
+``grading/sandbox.Policy.zygote_request``: this module lays it out and decides none of it.
 
 Per kernel, three processes (Linux only):
 
@@ -33,12 +39,13 @@ Per kernel, three processes (Linux only):
   itself, so that, as under bubblewrap, ``os.kill(os.getpid(), SIGKILL)`` kills it.)
 * **K**, the kernel: a new session, every capability dropped (bounding set included;
   ``no_new_privs`` stays set), the environment cleared to exactly what
-  ``sandbox.kernel_environment`` says, standard streams
-  on ``/dev/null``, fresh random seeds, then ``IPKernelApp`` on the connection file, as
+  ``grading/sandbox.kernel_environment`` says, standard streams
+  on ``/dev/null``, fresh random seeds, its GPU memory capped for when it starts CUDA
+  (:func:`cap_gpu_memory`), then ``IPKernelApp`` on the connection file, as
   ``python -m ipykernel_launcher`` would.
 
 Together with the zygote's own sandbox (read-only system, Python and ``autograder``; no
-course directory; ``prlimit`` limits), a kernel gets everything ``sandbox.py``'s docstring
+course directory; ``prlimit`` limits), a kernel gets everything ``grading/sandbox.py``'s docstring
 promises, and one kernel serves one submission only: a restart forks a new one. What
 forked kernels do share with the zygote is what a fork shares: its address-space layout
 and Python's string-hash seed (nothing secret: the zygote holds no submission's data).
@@ -50,12 +57,13 @@ with bubblewrap's init, or with the grading process for ``--no-sandbox``).
 only set limits and wait, and the kernel runs in the grader's working folder for it.
 
 If a zygote cannot start or fails its first probe (no user namespaces, say), the grader
-says so in one line on stderr and starts each kernel in its own bubblewrap sandbox as
-before (``sandbox.SandboxedKernelManager``): slower, never less sandboxed. Setting
+says so in one line on stderr and starts each kernel in its own bubblewrap sandbox
+(``grading/kernels.BubblewrapProvisioner``): slower, never less sandboxed. Setting
 ``AUTOGRADER_ZYGOTE=0`` (or ``Limits.zygote`` false) chooses that path outright.
 
-This module is also the zygote's program (``python -m autograder.kernel.zygote SOCKET``),
-so at module level it imports the standard library only.
+This module is the zygote's program (``python -m autograder.kernel.zygote SOCKET``), and
+that of a kernel started on its own whose GPU memory is capped (``--kernel``, see
+:func:`launch`), so at module level it imports the standard library only.
 """
 
 from __future__ import annotations
@@ -86,10 +94,8 @@ PRELOAD = ("torch", "torch.nn", "torch.nn.functional", "torch.testing", "numpy",
 NOT_WITH_CUDA = ("torch._dynamo",)
 #: Modules the zygote must never import (the sandbox seals them; importing one would fail).
 FORBIDDEN = ("autograder.reference",)
-#: Device nodes of a kernel's ``/dev``, as bubblewrap's ``--dev`` makes it.
-DEVICE_NODES = ("null", "zero", "full", "random", "urandom", "tty")
-#: Parts of ``/proc`` made read-only, as bubblewrap's ``--proc`` does.
-PROC_COVERED = ("sys", "sysrq-trigger", "irq", "bus")
+#: How the line of the zygote's log that says what it holds before its first fork begins (JSON follows).
+STATE = "zygote state: "
 #: Signals a kernel's init process passes on to the kernel.
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 
@@ -120,10 +126,10 @@ def main(argv: list[str]) -> None:
     for name in PRELOAD:
         if not (cuda and name in NOT_WITH_CUDA):
             __import__(name)
-    torch = sys.modules["torch"]
-    if torch.cuda.is_initialized() or threading.active_count() != 1 or any(
-            name.startswith(FORBIDDEN) for name in sys.modules):
+    state = _state()
+    if state["cuda"] or state["threads"] != 1 or any(name.startswith(FORBIDDEN) for name in state["course"]):
         raise SystemExit("the zygote's imports started CUDA, a thread or a submission's module: refusing to fork")
+    print(STATE + json.dumps(state), file=sys.stderr, flush=True)  # to its log
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -155,6 +161,14 @@ def main(argv: list[str]) -> None:
             finally:
                 os._exit(code)
         connection.close()
+
+
+def _state() -> dict:
+    """What the zygote holds, which every kernel inherits: the packages it imported (top-level names), the
+    course's modules among them, its Python threads, and whether PyTorch started CUDA."""
+    return {"packages": sorted({name.partition(".")[0] for name in sys.modules}),
+            "course": sorted(name for name in sys.modules if name.partition(".")[0] == "autograder"),
+            "threads": threading.active_count(), "cuda": sys.modules["torch"].cuda.is_initialized()}
 
 
 def _reap() -> None:
@@ -191,10 +205,6 @@ def read_line(stream, deadline: float) -> bytes:
 def _serve(connection: socket.socket) -> int:
     """In C: read the request, sandbox this process, start I and K, then watch them."""
     request = json.loads(read_line(connection, time.monotonic() + 30) or b"{}")
-    if request.get("op") == "modules":  # for the tests: what the zygote had imported
-        _send(connection, {"modules": sorted(sys.modules), "threads": threading.active_count(),
-                           "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))})
-        return 0
     try:
         if os.path.dirname(os.path.normpath(request["sockets"])) != _folder:
             raise ValueError("a kernel's sockets folder must be in the zygote's folder")
@@ -237,7 +247,7 @@ def _serve(connection: socket.socket) -> int:
 
 
 def _enter_namespaces(request: dict) -> None:
-    """In C: new namespaces; a fresh /tmp and /dev; only this kernel's sockets folder."""
+    """In C: new namespaces; a fresh /tmp and /dev, laid out as the request says; only this kernel's sockets folder."""
     sockets, parent = request["sockets"], os.path.dirname(request["sockets"])
     size = f"size={int(request['tmpfs_bytes'])}"
     uid, gid, zygote = os.getuid(), os.getgid(), os.getppid()
@@ -250,27 +260,26 @@ def _enter_namespaces(request: dict) -> None:
     linux.loopback_up()
     # what is bound back once /tmp and /dev are covered, taken while it is still visible
     own = linux.detach(sockets)
-    nodes = {name: linux.detach(f"/dev/{name}") for name in DEVICE_NODES}
-    for name in os.listdir("/dev"):
-        if name.startswith("nvidia"):  # the GPU's device files (only there for --device cuda)
-            nodes[name] = linux.detach(f"/dev/{name}")
-    kept = {path: linux.detach(path) for path in _read_only_under_tmp()}
+    nodes = {path: (linux.detach(path), os.path.isdir(path)) for path in request["devices"]}
+    kept = {path: linux.detach(path) for path in request["read_only_under_tmp"]}
     linux.mount("tmpfs", "/tmp", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"mode=0755,{size}")
     for path, descriptor in kept.items():  # a course checked out under /tmp keeps its Python and package
         os.makedirs(path, exist_ok=True)
         linux.attach(descriptor, path)
         linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV)
-    os.mkdir("/tmp/work")
+    os.mkdir(request["work"])
     if not (parent + "/").startswith("/tmp/"):  # the fresh /tmp did not cover the other kernels' folders
         linux.mount("tmpfs", parent, "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, "mode=0755,size=1m")
     os.makedirs(sockets, mode=0o700)
     linux.attach(own, sockets)
     linux.mount("tmpfs", "/dev", "tmpfs", linux.MS_NOSUID, "mode=0755,size=1m")  # device nodes and links only
-    for name, descriptor in nodes.items():
-        os.close(os.open(f"/dev/{name}", os.O_CREAT | os.O_WRONLY, 0o666))
-        linux.attach(descriptor, f"/dev/{name}")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2"), ("core", "/proc/kcore"), ("ptmx", "pts/ptmx")):
+    for path, (descriptor, folder) in nodes.items():  # a mount point of the same kind: file, or folder (nvidia-caps)
+        if folder:
+            os.mkdir(path)
+        else:
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o666))
+        linux.attach(descriptor, path)
+    for name, target in request["device_links"].items():
         os.symlink(target, f"/dev/{name}")
     os.mkdir("/dev/shm")
     linux.mount("tmpfs", "/dev/shm", "tmpfs", linux.MS_NOSUID | linux.MS_NODEV, f"mode=1777,{size}")
@@ -278,23 +287,8 @@ def _enter_namespaces(request: dict) -> None:
     linux.mount("devpts", "/dev/pts", "devpts", linux.MS_NOSUID | linux.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
 
 
-def _read_only_under_tmp() -> list[str]:
-    """The read-only paths of the zygote's sandbox (``sandbox.visible_paths``) that lie under ``/tmp``.
-
-    A fresh ``/tmp`` would hide them from the kernel, e.g. the virtual environment and the
-    ``autograder`` package of a course cloned to ``/tmp/ci``; they are bound back, read-only.
-    """
-    import autograder
-
-    paths = {sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)),
-             os.path.dirname(os.path.realpath(autograder.__file__))}
-    under = sorted(p for p in paths if (p.rstrip("/") + "/").startswith("/tmp/") and os.path.isdir(p))
-    # a path inside another one travels with it
-    return [p for p in under if not any(p != q and p.startswith(q.rstrip("/") + "/") for q in under)]
-
-
 def _set_limits(request: dict) -> None:
-    """What ``prlimit`` sets for a per-kernel sandbox (the policy's, ``sandbox.Policy.rlimits``)."""
+    """What ``prlimit`` sets for a per-kernel sandbox (the policy's, ``grading/sandbox.Policy.rlimits``)."""
     import resource
 
     names = {"data": resource.RLIMIT_DATA, "core": resource.RLIMIT_CORE, "fsize": resource.RLIMIT_FSIZE,
@@ -307,8 +301,7 @@ def _init(writer: int, request: dict) -> int:
     """In I: a new /proc, then the kernel; wait for it, pass signals on, exit with it."""
     if _namespaces:
         linux.mount("proc", "/proc", "proc", linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
-        for name in PROC_COVERED:
-            path = f"/proc/{name}"
+        for path in request["proc_read_only"]:
             if os.path.exists(path):
                 linux.mount(path, path, None, linux.MS_BIND | linux.MS_REC)
                 linux.mount(None, path, None, linux.MS_REMOUNT | linux.MS_BIND | linux.MS_RDONLY | linux.MS_NOSUID | linux.MS_NODEV | linux.MS_NOEXEC)
@@ -346,7 +339,7 @@ def _kernel(writer: int, request: dict) -> None:
     if _namespaces:
         linux.drop_capabilities()
     linux.prctl(linux.PR_SET_NO_NEW_PRIVS, 1)
-    os.chdir("/tmp/work" if _namespaces else request["cwd"])
+    os.chdir(request["work"] if _namespaces else request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     if "MPLCONFIGDIR" in os.environ:  # matplotlib, loaded in the zygote, made it in the zygote's /tmp
@@ -371,6 +364,8 @@ def _kernel(writer: int, request: dict) -> None:
             except OSError:
                 pass
     _reseed()
+    if request["gpu_memory_bytes"] is not None:
+        cap_gpu_memory(request["gpu_memory_bytes"])
     if request.get("op") == "probe":
         os.write(writer, json.dumps({"ok": True, "pid": os.getpid(), "report": _report(request)}).encode() + b"\n")
         os._exit(0)
@@ -414,6 +409,46 @@ def _reseed() -> None:
         torch.seed()  # a fresh process would draw its own; forks must not share the zygote's
 
 
+def gpu_memory_fraction(cap_bytes: int, total_bytes: int) -> float:
+    """The share of a GPU of ``total_bytes`` that is ``cap_bytes``, as ``torch.cuda.set_per_process_memory_fraction``
+    takes it: a float from 0 to 1 (a cap above the GPU's memory is the whole GPU)."""
+    if total_bytes <= 0 or cap_bytes < 0:
+        raise ValueError(f"no share of {total_bytes} bytes is {cap_bytes} bytes")
+    return min(1.0, cap_bytes / total_bytes)
+
+
+def cap_gpu_memory(cap_bytes: int) -> None:
+    """In a kernel, before any student code: let PyTorch allocate at most ``cap_bytes`` on each GPU it sees.
+
+    Nothing CUDA happens here: a kernel that never uses the GPU must not hold a CUDA
+    context (hundreds of MiB of the GPU each), and the zygote, which imported PyTorch, never
+    starts CUDA. The cap is queued with PyTorch's own lazy start of CUDA (``_lazy_call``, as
+    ``torch.cuda.manual_seed`` queues its seed): it is set when the kernel's first CUDA call
+    starts CUDA, before that call allocates anything, and only if CUDA does start. It caps
+    PyTorch's allocator (the CUDA context itself is outside it), and the student's code
+    could lift it: a guard against filling the GPU by mistake, not a wall.
+    """
+    import torch
+
+    def cap() -> None:
+        for index in range(torch.cuda.device_count()):
+            total = torch.cuda.get_device_properties(index).total_memory
+            torch.cuda.set_per_process_memory_fraction(gpu_memory_fraction(cap_bytes, total), index)
+
+    torch.cuda._lazy_call(cap)
+
+
+def launch(argv: list[str]) -> None:
+    """``python -m autograder.kernel.zygote --kernel CAP_BYTES -f CONNECTION_FILE``: a kernel started on its own
+    (bubblewrap, where no zygote runs; ``grading/sandbox.Policy.kernel_program``), its GPU memory capped, then
+    ``python -m ipykernel_launcher -f CONNECTION_FILE`` in this same process."""
+    import runpy
+
+    cap_gpu_memory(int(argv[0]))
+    sys.argv = ["ipykernel_launcher", *argv[1:]]
+    runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
+
+
 def _report(request: dict) -> dict:
     """What a probe kernel sees of its sandbox (checked by the grader before first use)."""
     sockets = request["sockets"]
@@ -429,7 +464,7 @@ def _report(request: dict) -> dict:
             "NoNewPrivs": status.get("NoNewPrivs", "").strip(), "cwd": os.getcwd(),
             "tmp": sorted(os.listdir("/tmp")), "tmp_bytes": tmp.f_blocks * tmp.f_frsize, "shadow": shadow,
             "interfaces": [name for _, name in socket.if_nameindex()],
-            "sealed": {path: sorted(os.listdir(path)) if os.path.isdir(path) else [] for path in request.get("sealed", [])},
+            "sealed": {path: sorted(os.listdir(path)) if os.path.isdir(path) else [] for path in request["sealed"]},
             "sockets": sorted(os.listdir(os.path.dirname(sockets))), "own": os.path.basename(sockets)}
 
 
@@ -515,4 +550,7 @@ def _kill(pid: int, number: int) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    if sys.argv[1:2] == ["--kernel"]:
+        launch(sys.argv[2:])
+    else:
+        main(sys.argv[1:])

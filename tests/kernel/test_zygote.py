@@ -221,11 +221,19 @@ result = {'leak': os.environ.get('AUTOGRADER_LEAK_CHECK'), 'keys': sorted(os.env
 
 
 @pytest.mark.slow
-def test_the_references_cannot_be_imported_or_read_in_a_kernel(zygote, kernels):
-    state = zygote.modules()
-    assert "torch" in state["modules"] and "autograder.kernel.serve" in state["modules"]
-    assert not [m for m in state["modules"] if m.startswith("autograder.reference")]
-    assert state["threads"] == 1
+def test_the_zygote_forks_with_torch_and_the_respondent_loaded_but_no_thread_cuda_or_reference(zygote):
+    from autograder.kernel.zygote import STATE
+
+    lines = Path(zygote.log).read_text().splitlines()
+    state = json.loads(next(line for line in lines if line.startswith(STATE))[len(STATE):])
+    assert {"torch", "numpy", "IPython", "ipykernel"} <= set(state["packages"])
+    assert {"autograder.kernel.serve", "autograder.kernel.respond"} <= set(state["course"])
+    assert not [name for name in state["course"] if name.startswith("autograder.reference")]
+    assert state["threads"] == 1 and state["cuda"] is False
+
+
+@pytest.mark.slow
+def test_the_references_cannot_be_imported_or_read_in_a_kernel(kernels):
     references = ROOT / "autograder" / "reference"
     result = kernels().ask(f"""
 import os
@@ -452,3 +460,81 @@ for child in children:
     child.kill()
 """)
     assert started != "died" and started < 256, f"{started} processes started under a limit of 256"
+
+
+# --------------------------------------------------------------------------------------
+# What the policy tells a forked kernel, and the GPU memory cap (no kernel, no CUDA)
+# --------------------------------------------------------------------------------------
+
+
+def test_the_zygote_is_told_every_path_it_lays_out():
+    import dataclasses
+
+    from autograder.grading import sandbox
+
+    policy = dataclasses.replace(sandbox.policy(_limits()), devices=("/dev/nvidia0", "/dev/nvidiactl"),
+                                 read_only=("/usr", "/tmp/ci/.venv", "/tmp/ci/.venv/bin", "/tmp/ci/autograder"))
+    request = json.loads(json.dumps(policy.zygote_request()))  # it crosses a socket as JSON
+    assert request["devices"] == ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+                                  "/dev/nvidia0", "/dev/nvidiactl"]
+    assert request["read_only_under_tmp"] == ["/tmp/ci/.venv", "/tmp/ci/autograder"]  # bin travels with .venv
+    assert request["sealed"] == [str(ROOT / "autograder" / "reference")]
+    assert "/proc/sys" in request["proc_read_only"] and request["device_links"]["fd"] == "/proc/self/fd"
+    assert request["work"] == policy.expectations("/tmp/x")["cwd"] == "/tmp/work"
+
+
+def test_the_gpu_memory_cap_is_the_settings_or_the_kernels_memory_and_the_run_says_which():
+    from autograder.grading import sandbox
+
+    on_cpu, default, set_ = (sandbox.policy(_limits(**changes)) for changes in
+                             ({}, {"device": "cuda"}, {"device": "cuda", "gpu_memory_mb": 1024}))
+    assert on_cpu.zygote_request()["gpu_memory_bytes"] is None
+    assert "GPU memory: none, kernels see no GPU (device cpu)" in on_cpu.describe()
+    assert on_cpu.kernel_program("k.json") == [sys.executable, "-m", "ipykernel_launcher", "-f", "k.json"]
+    assert default.zygote_request()["gpu_memory_bytes"] == 2048 * 2**20
+    assert any(line.startswith("GPU memory per kernel: at most 2048 MiB") for line in default.describe())
+    assert set_.zygote_request()["gpu_memory_bytes"] == 1024 * 2**20
+    assert set_.kernel_program("k.json") == [sys.executable, "-m", "autograder.kernel.zygote", "--kernel",
+                                             str(1024 * 2**20), "-f", "k.json"]
+
+
+def test_the_gpu_memory_fraction_is_the_caps_share_of_the_gpu():
+    from autograder.kernel.zygote import gpu_memory_fraction
+
+    assert gpu_memory_fraction(4 * 2**30, 80 * 2**30) == 0.05
+    assert gpu_memory_fraction(200 * 2**30, 80 * 2**30) == 1.0
+    assert isinstance(gpu_memory_fraction(1, 2), float)
+    with pytest.raises(ValueError):
+        gpu_memory_fraction(1, 0)
+
+
+def test_the_gpu_memory_cap_waits_for_cuda_then_caps_every_gpu(monkeypatch):
+    import types
+
+    import torch
+
+    from autograder.kernel.zygote import cap_gpu_memory
+
+    queued, fractions = [], []
+    monkeypatch.setattr(torch.cuda, "_lazy_call", queued.append)  # this process's CUDA stays as it is
+    cap_gpu_memory(4 * 2**30)
+    assert len(queued) == 1 and not torch.cuda.is_initialized()
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: types.SimpleNamespace(total_memory=80 * 2**30))
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda fraction, index: fractions.append((fraction, index)))
+    queued[0]()  # as PyTorch calls it once CUDA starts
+    assert fractions == [(0.05, 0), (0.05, 1)]
+
+
+def test_a_kernel_started_on_its_own_caps_its_gpu_memory_before_ipykernel_starts(monkeypatch):
+    import runpy
+
+    from autograder.kernel import zygote
+
+    calls = []
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    monkeypatch.setattr(zygote, "cap_gpu_memory", lambda cap: calls.append(("cap", cap)))
+    monkeypatch.setattr(runpy, "run_module", lambda name, **kwargs: calls.append(("run", name, sys.argv[1:])))
+    zygote.launch(["1073741824", "-f", "k.json"])
+    assert calls == [("cap", 2**30), ("run", "ipykernel_launcher", ["-f", "k.json"])]
