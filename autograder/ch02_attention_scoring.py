@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 
 from .core import Case
-from .kernel.measure import largest_tensor_created
 from .judge import checks
+from .kernel.measure import largest_tensor_created
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch02_attention_scoring"
@@ -92,7 +92,7 @@ def _expect_small_memory(case: Case, args, kwargs, largest) -> None:
 
 
 SMALL_MEMORY = Probe("memory", _wide_inputs, lambda fn: lambda *args: largest_tensor_created(fn, *args),
-                     _expect_small_memory, inside=True)
+                     _expect_small_memory)
 ADDITIVE = Part("additive_scores", CHAPTER, arguments=("queries", "keys", "W_q", "W_k", "w_v"), probes=(SMALL_MEMORY,))
 
 

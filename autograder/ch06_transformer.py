@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .core import Case, attention_rounding, expect_trained_in_time
-from .kernel.measure import describe_module, largest_tensor_created, trained_once
 from .judge import checks
+from .kernel.measure import describe_module, largest_tensor_created, trained_once
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch06_transformer"
@@ -230,7 +230,7 @@ def _expect_chunk_sized_memory(case: Case, args, kwargs, largest) -> None:
 
 
 CHUNK_MEMORY = Probe("memory", _long_inputs, lambda fn: lambda *args: largest_tensor_created(fn, *args),
-                     _expect_chunk_sized_memory, inside=True)
+                     _expect_chunk_sized_memory)
 CHUNKED = Part("chunked_attention", CHAPTER, arguments=("queries", "keys", "values"), rounding=_chunked_rounding,
                probes=(CHUNK_MEMORY,), forbid_library=True)
 

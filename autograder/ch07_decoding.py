@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .core import Case, attention_rounding, expect_trained_in_time
-from .kernel.measure import describe_module, trained_once
 from .judge import checks
+from .kernel.measure import describe_module, trained_once
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch07_decoding"
@@ -316,8 +316,8 @@ def _same_tokens(case: Case, result, expected) -> None:
 
 GREEDY = Part("greedy_decode", CHAPTER, arguments=("the model's configuration", "the model's weights", "prompt"),
               adapt=_on_tiny_decoder, compare=_same_tokens,
-              probes=(Probe("calls of the model", _counting_calls, _calls_made, _expect_one_token_per_step,
-                            inside=True),), meta=False)
+              probes=(Probe("calls of the model", _counting_calls, _calls_made, _expect_one_token_per_step),),
+              meta=False)
 
 
 @checks(GREEDY)

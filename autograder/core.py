@@ -7,10 +7,8 @@ reference answer, only what went wrong (shape, dtype, device, size and position 
 error).
 
 For the judge (``judge.py``): the assertions a case makes, the devices every check runs
-on (the CPU, and CUDA where present), the rounding allowance of attention. For the
-respondent (``respond.py``), which runs where the answer lives: what only the answer's own
-process can measure, namely the largest tensor and the peak memory of a call, the calls of
-library attention (tripwires), and a module's layers (:func:`describe_module`).
+on (the CPU, and CUDA where present), the rounding allowance of attention. What only the
+answer's own process can measure is in ``kernel/measure.py``.
 """
 
 from __future__ import annotations
@@ -21,6 +19,8 @@ from typing import Any
 
 import torch
 
+from . import nested
+
 
 def devices() -> list[torch.device]:
     """The real devices every check runs on: the CPU, plus CUDA when it is present."""
@@ -28,13 +28,6 @@ def devices() -> list[torch.device]:
     if torch.cuda.is_available():
         found.append(torch.device("cuda"))
     return found
-
-
-def shape_of(x: Any) -> str:
-    """``(2, 3)`` for a tensor of that shape, the type name for anything else."""
-    if isinstance(x, torch.Tensor):
-        return str(tuple(x.shape))
-    return type(x).__name__
 
 
 class CheckFailed(AssertionError):
@@ -59,8 +52,9 @@ class Case:
     part: str
     inputs: str
     seed: int | None = None
-    #: how long the last call took, as the judge measured it from outside the answer, and by which clock
-    #: (at grading, the kernel's CPU time where its cgroup counts it)
+    #: how long the answer took to answer all the part's calls at once (the batch this case was asked in), as
+    #: the judge measured it from outside the answer, and by which clock (at grading, the kernel's CPU time
+    #: where its cgroup counts it)
     seconds: float = 0.0
     clock: str = "wall-clock time"
 
@@ -125,29 +119,26 @@ def _short(t: torch.Tensor) -> str:
 
 
 def to_device(args: Any, device: torch.device | str) -> Any:
-    """A copy of ``args`` (tensors, devices, tuples, lists, dicts of them) moved to ``device``."""
-    if isinstance(args, torch.device):
+    """A copy of ``args`` (tensors, devices, in tuples, lists, dicts and partials, such as a score function
+    with its weights, as bilinear's ``W``) moved to ``device``."""
+    move = functools.partial(_moved, device=device)
+    return nested.map_leaves(args, move, into=(*nested.CONTAINERS, functools.partial))
+
+
+def _moved(value: Any, device: torch.device | str) -> Any:
+    """A tensor moved to ``device`` (an empty one on ``meta``), ``device`` for a device, anything else as is."""
+    if isinstance(value, torch.device):
         return torch.device(device)  # an answer's `device=` argument follows the case
-    if isinstance(args, torch.Tensor):
+    if isinstance(value, torch.Tensor):
         if torch.device(device).type == "meta":
-            return torch.empty_like(args, device="meta")
-        return args.to(device)
-    if isinstance(args, (tuple, list)):
-        return type(args)(to_device(a, device) for a in args)
-    if isinstance(args, dict):
-        return {k: to_device(v, device) for k, v in args.items()}
-    if isinstance(args, functools.partial):  # a score function with its weights, as bilinear's W
-        return functools.partial(args.func, *to_device(args.args, device), **to_device(args.keywords, device))
-    return args
+            return torch.empty_like(value, device="meta")
+        return value.to(device)
+    return value
 
 
 def tensors_in(result: Any) -> list[torch.Tensor]:
-    """Every tensor in a (possibly nested) result."""
-    if isinstance(result, torch.Tensor):
-        return [result]
-    if isinstance(result, (tuple, list)):
-        return [t for r in result for t in tensors_in(r)]
-    return []
+    """Every tensor in a result, in its tuples and lists."""
+    return [leaf for leaf in nested.leaves(result, into=(tuple, list)) if isinstance(leaf, torch.Tensor)]
 
 
 def passed(part: str, cases: int, hidden: bool) -> None:
@@ -209,7 +200,7 @@ def expect_same_results(case: Case, result, expected, names, **tolerances) -> No
         isinstance(result, tuple) and len(result) == len(names),
         f"should return a tuple ({', '.join(names)}), got {type(result).__name__}",
     )
-    for name, got, want in zip(names, result, expected):
+    for name, got, want in zip(names, result, expected, strict=True):
         case.expect_close(name, got, want, **tolerances)
 
 

@@ -7,7 +7,7 @@ Each chapter's checks module (``autograder/chNN_*.py``) declares its graded part
   an answer with inputs of the checks' own (a module's layers, dropout, memory);
 * an :class:`ArgumentCheck`: bad inputs and the argument each one gets wrong.
 
-One declaration drives both sides of a check. The *respondent* (``respond.py``) is the
+One declaration drives both sides of a check. The *respondent* (``kernel/respond.py``) is the
 only code that calls an answer: where the answer lives (a student's notebook, or a
 sandboxed grading kernel) it adapts the answer and calls it on inputs it is sent. The
 *judge* (``judge.py``) draws the inputs, computes the expected results and decides, from
@@ -87,14 +87,12 @@ class Probe:
         calls: the probe's calls (fixed inputs, the same for every student).
         adapt: turns the answer into the function called on each call (in the respondent).
         check: the assertions on one call's result (in the judge).
-        inside: whether the result is an inside signal (README: what is judged where).
     """
 
     name: str
     calls: Callable[[], list[Call]]
     adapt: Callable[[Any], Callable]
     check: Callable[[Case, tuple, dict, Any], None]
-    inside: bool = False
 
 
 @dataclass

@@ -18,6 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from . import nested
+
 #: What stands for a character that cannot be kept.
 REPLACEMENT = "\ufffd"
 #: The longest excerpt of a kernel's message shown in a grade, in characters.
@@ -51,13 +53,8 @@ def clean(text: Any, *, controls: bool = False) -> str:
 
 def clean_tree(value: Any) -> Any:
     """``value`` (JSON data: dicts, lists, strings, numbers) with every string, keys included, :func:`clean`\\ ed."""
-    if isinstance(value, str):
-        return clean(value)
-    if isinstance(value, list):
-        return [clean_tree(item) for item in value]
-    if isinstance(value, dict):
-        return {clean(key) if isinstance(key, str) else key: clean_tree(item) for key, item in value.items()}
-    return value
+    return nested.map_leaves(value, lambda leaf: clean(leaf) if isinstance(leaf, str) else leaf, into=(list, dict),
+                             keys=True)
 
 
 def excerpt(text: Any, limit: int = EXCERPT_CHARACTERS) -> str:

@@ -21,12 +21,11 @@ import nbformat
 import torch
 
 from ..judge import LocalRespondent
+from ..kernel.respond import ABSENT, missing
 from ..protocol import Reply, Request
-from .execute import CellResult
+from .execute import CellResult, CellStatus
 from .notebooks import Assembled, assemble
 from .verdict import PartResult, judge_test_cells
-
-_ABSENT = object()
 
 
 class _Missing:
@@ -36,7 +35,7 @@ class _Missing:
         self.answer = answer
 
     def ask_all(self, requests: list[Request]) -> list[Reply]:
-        return [Reply(missing=f"`{self.answer}` is not defined when its test cell runs") for _ in requests]
+        return [missing(self.answer) for _ in requests]
 
     def check_earlier(self, declaration) -> None:
         pass
@@ -51,7 +50,7 @@ class InProcessSession:
 
     def __init__(self, assembled: Assembled, replace: dict[str, Any] | None = None):
         self.assembled, self.replace = assembled, replace or {}
-        self.results = [CellResult("not run") for _ in assembled.notebook.cells]
+        self.results = [CellResult(CellStatus.NOT_RUN) for _ in assembled.notebook.cells]
         self.deadline = float("inf")
         self.namespace: dict = {"__name__": "__main__"}
         self.pinned: dict[str, dict[str, Any]] = {}
@@ -65,7 +64,7 @@ class InProcessSession:
                 if self.assembled.roles[index] == "test":
                     test = self.assembled.test_id(index)
                     names = {call.answer for call in self.assembled.checks.get(index, [])}
-                    self.pinned[test] = {name: self.namespace.get(name, _ABSENT) for name in names}
+                    self.pinned[test] = {name: self.namespace.get(name, ABSENT) for name in names}
                 elif cell.cell_type == "code":
                     self.results[index] = self._execute(cell.source)
 
@@ -73,19 +72,19 @@ class InProcessSession:
         try:
             exec(compile(source, "<cell>", "exec"), self.namespace)  # noqa: S102 (the course's own notebooks)
         except Exception as error:  # noqa: BLE001 - a cell's error is its result
-            return CellResult("error", f"{type(error).__name__}: {error}")
+            return CellResult(CellStatus.ERROR, f"{type(error).__name__}: {error}")
         finally:
             for name, value in self.replace.items():
                 if name in _defined_by(source):
                     self.namespace[name] = value
-        return CellResult("ok")
+        return CellResult(CellStatus.OK)
 
     def recover(self) -> bool:
         return True
 
     def respondent(self, declaration, check: str, test: str, answer: str, deadline: float):
-        value = self.pinned.get(test, {}).get(answer, _ABSENT)
-        return _Missing(answer) if value is _ABSENT else LocalRespondent(declaration, value)
+        value = self.pinned.get(test, {}).get(answer, ABSENT)
+        return _Missing(answer) if value is ABSENT else LocalRespondent(declaration, value)
 
 
 def _defined_by(source: str) -> set[str]:

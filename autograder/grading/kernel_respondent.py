@@ -29,7 +29,7 @@ from typing import Any, Callable, Protocol
 
 import torch
 
-from .. import wire
+from .. import nested, wire
 from ..judge import Respondent
 from ..parts import ArgumentCheck, Part, helpers, reference_module
 from ..protocol import PROMPT, Reply, Request
@@ -196,7 +196,7 @@ def _vector_jacobian_product(reference: Any, args: tuple, kwargs: dict, gradient
         result = reference(*args, **kwargs)
         inputs = [args[i] for i in wrt]
         grads = torch.autograd.grad(result, inputs, gradient["output"], allow_unused=True)
-    return [torch.zeros_like(x) if g is None else g.detach() for g, x in zip(grads, inputs)]
+    return [torch.zeros_like(x) if g is None else g.detach() for g, x in zip(grads, inputs, strict=True)]
 
 
 def _elements(value: Any) -> int:
@@ -206,22 +206,10 @@ def _elements(value: Any) -> int:
     one), anywhere in it: ``sinusoidal_encoding(50_000, 2_000)`` carries no tensor, yet
     asks for a table of 10**8 elements.
     """
-    tensors, integers = _tensors_and_integers(value)
+    found = nested.leaves(value)
+    tensors = sum(leaf.numel() for leaf in found if isinstance(leaf, torch.Tensor))
+    integers = [leaf for leaf in found if isinstance(leaf, int) and not isinstance(leaf, bool) and leaf > 0]
     return tensors + (math.prod(integers) if integers else 0)
-
-
-def _tensors_and_integers(value: Any) -> tuple[int, list[int]]:
-    """The number of tensor elements in ``value``, and its positive integers."""
-    if isinstance(value, torch.Tensor):
-        return value.numel(), []
-    if isinstance(value, int) and not isinstance(value, bool):
-        return 0, [value] if value > 0 else []
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else ()
-    tensors, integers = 0, []
-    for item in items:
-        count, found = _tensors_and_integers(item)
-        tensors, integers = tensors + count, integers + found
-    return tensors, integers
 
 
 def _out_of_memory(error: Exception) -> bool:

@@ -80,8 +80,6 @@ def counting_backward_passes() -> Iterator[list[int]]:
     during the call rather than before it.
     """
     count = [0]
-    patched = [(torch.autograd, "backward"), (torch.Tensor, "backward"), (torch.autograd, "grad")]
-    originals = [getattr(owner, name) for owner, name in patched]
 
     def counted(original: Callable) -> Callable:
         @functools.wraps(original)
@@ -91,13 +89,33 @@ def counting_backward_passes() -> Iterator[list[int]]:
 
         return call
 
-    try:
-        for (owner, name), original in zip(patched, originals):
-            setattr(owner, name, counted(original))
+    targets = [(torch.autograd, "backward"), (torch.Tensor, "backward"), (torch.autograd, "grad")]
+    with patched([(owner, name, counted(getattr(owner, name))) for owner, name in targets]):
         yield count
+
+
+@contextlib.contextmanager
+def patched(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
+    """Within the block, for each ``(owner, name, replacement)``, ``owner.name`` is ``replacement``
+    (``owner[name]`` where ``owner`` is a dict, a module's namespace); each is restored on leaving,
+    the last replaced first."""
+    originals: list[tuple[Any, str, Any]] = []
+    try:
+        for owner, name, replacement in replacements:
+            originals.append((owner, name, owner[name] if isinstance(owner, dict) else getattr(owner, name)))
+            _assign(owner, name, replacement)
+        yield
     finally:
-        for (owner, name), original in zip(patched, originals):
-            setattr(owner, name, original)
+        for owner, name, original in reversed(originals):
+            _assign(owner, name, original)
+
+
+def _assign(owner: Any, name: str, value: Any) -> None:
+    """``owner[name] = value`` for a dict, else ``owner.name = value``."""
+    if isinstance(owner, dict):
+        owner[name] = value
+    else:
+        setattr(owner, name, value)
 
 
 # --------------------------------------------------------------------------------------
@@ -261,8 +279,8 @@ def tripwires(answer: Any, exempt: tuple = ()) -> Iterator[list[str]]:
 
 @contextlib.contextmanager
 def _d2l_tripwires(answer: Any, record: Callable[[str], None]) -> Iterator[None]:
-    """Within the block, d2l's attention calls ``record(its public name)`` first."""
-    patched: list[tuple[Any, str, Any]] = []
+    """Within the block, d2l's attention calls ``record(its public name)`` first, where d2l defines it and
+    under any name the answer's modules bound it to."""
 
     def wire(original, public):
         def tripwire(*args, **kwargs):
@@ -271,23 +289,16 @@ def _d2l_tripwires(answer: Any, record: Callable[[str], None]) -> Iterator[None]
 
         return tripwire
 
+    namespaces = list({id(f.__globals__): f.__globals__ for f in functions_of(answer)}.values())
+    replacements = []
     for owner, attribute, public in _d2l_attention():
         original = getattr(owner, attribute)
-        patched.append((owner, attribute, original))
-        setattr(owner, attribute, wire(original, public))
-        for namespace in (f.__globals__ for f in functions_of(answer)):
-            for name, value in list(namespace.items()):
-                if value is original:
-                    patched.append((namespace, name, value))
-                    namespace[name] = wire(original, public)
-    try:
+        tripwire = wire(original, public)
+        replacements.append((owner, attribute, tripwire))
+        replacements += [(namespace, name, tripwire) for namespace in namespaces
+                         for name, value in namespace.items() if value is original]
+    with patched(replacements):
         yield
-    finally:
-        for owner, attribute, original in reversed(patched):
-            if isinstance(owner, dict):
-                owner[attribute] = original
-            else:
-                setattr(owner, attribute, original)
 
 
 def _called_from(codes: set) -> bool:

@@ -69,9 +69,8 @@ def _function(declaration: Part | ArgumentCheck, answer: Any, role: str) -> Call
 def _dependencies(declaration: Part | ArgumentCheck, answer: Any, earlier: Callable[[Part], Any] | None):
     """Within the block, what the answer calls by a name of ``declaration.depends_on`` is its stand-in."""
     depends_on = getattr(declaration, "depends_on", {})
-    functions = functions_of(answer)
-    called = set().union(*(names_used(f.__code__) for f in functions)) if functions else set()
-    namespaces = list({id(f.__globals__): f.__globals__ for f in functions}.values())
+    called = names_called(answer)
+    namespaces = list({id(f.__globals__): f.__globals__ for f in functions_of(answer)}.values())
     swapped: list[tuple[dict, str, Any]] = []
     try:
         for name, dependency in depends_on.items():
@@ -81,24 +80,35 @@ def _dependencies(declaration: Part | ArgumentCheck, answer: Any, earlier: Calla
             if stand_in is None:
                 continue
             for namespace in namespaces:
-                swapped.append((namespace, name, namespace.get(name, _ABSENT)))
+                swapped.append((namespace, name, namespace.get(name, ABSENT)))
                 namespace[name] = stand_in
         yield
     finally:
         for namespace, name, original in reversed(swapped):
-            if original is _ABSENT:
+            if original is ABSENT:
                 namespace.pop(name, None)
             else:
                 namespace[name] = original
 
 
-_ABSENT = object()
+#: What stands for a name that is not defined (in a namespace, or when a test cell runs).
+ABSENT = object()
 
 
-def names_used(code) -> set[str]:
+def missing(name: str) -> Reply:
+    """The reply to every request about an answer ``name`` that is not defined when its test cell runs."""
+    return Reply(missing=f"`{name}` is not defined when its test cell runs")
+
+
+def names_called(answer: Any) -> set[str]:
+    """The global names that the code of ``answer`` (a function, or a class's methods) refers to."""
+    return set().union(*(_names_used(function.__code__) for function in functions_of(answer)))
+
+
+def _names_used(code) -> set[str]:
     """The global names a function's code (and the code nested in it) refers to."""
     names = set(code.co_names)
     for constant in code.co_consts:
         if hasattr(constant, "co_names"):
-            names |= names_used(constant)
+            names |= _names_used(constant)
     return names

@@ -17,12 +17,10 @@ from typing import Any, Callable
 
 import torch
 
-from .. import wire
+from .. import nested, wire
 from ..parts import ArgumentCheck, Part, helpers
 from ..protocol import PROMPT, Reply, Request
-from .respond import _ABSENT, respond
-
-
+from .respond import ABSENT, missing, respond
 
 _pinned: dict[str, dict[str, Any]] = {}
 
@@ -36,7 +34,7 @@ def pin(test: str, names: list[str]) -> None:
     from IPython import get_ipython
 
     namespace = get_ipython().user_ns
-    _pinned[test] = {name: namespace.get(name, _ABSENT) for name in names}
+    _pinned[test] = {name: namespace.get(name, ABSENT) for name in names}
 
 
 def serve(chapter: str, message: str) -> None:
@@ -45,7 +43,7 @@ def serve(chapter: str, message: str) -> None:
     try:
         data = wire.unpack(base64.b64decode(message), wire.Codec(helpers=helpers(chapter), oracle=_oracle))
         declaration = getattr(importlib.import_module(f"autograder.{chapter}"), data["check"]).declaration
-        answer = _pinned.get(data["test"], {}).get(data["answer"], _ABSENT)
+        answer = _pinned.get(data["test"], {}).get(data["answer"], ABSENT)
         replies = [_serve_one(declaration, answer, data["answer"], asked) for asked in data["requests"]]
     except Exception as error:  # noqa: BLE001 - the grader reads this as the reply
         replies = [Reply(error=f"RespondentError: {type(error).__name__}: {error}")]
@@ -53,8 +51,8 @@ def serve(chapter: str, message: str) -> None:
 
 
 def _serve_one(declaration: Part | ArgumentCheck, answer: Any, name: str, asked: dict) -> Reply:
-    if answer is _ABSENT:
-        return Reply(missing=f"`{name}` is not defined when its test cell runs")
+    if answer is ABSENT:
+        return missing(name)
     try:
         request = Request(asked["role"], tuple(asked["args"]), dict(asked["kwargs"]), bool(asked["library"]))
     except (KeyError, TypeError) as error:
@@ -114,16 +112,11 @@ class _AskedOutside(torch.autograd.Function):
     def backward(ctx, grad_output):
         grads = ctx.ask(ctx.args, ctx.kwargs, {"wrt": ctx.wrt, "output": grad_output})
         if not (isinstance(grads, list) and len(grads) == len(ctx.wrt)
-                and all(isinstance(g, torch.Tensor) and g.shape == ctx.args[i].shape for g, i in zip(grads, ctx.wrt))):
+                and all(isinstance(g, torch.Tensor) and g.shape == ctx.args[i].shape for g, i in zip(grads, ctx.wrt, strict=True))):
             raise RuntimeError("the grader sent no gradient of the right shape for each input")
         return (None, None, None, None, *grads)
 
 
 def _detach(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_detach(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _detach(v) for k, v in value.items()}
-    return value
+    """``value`` with its tensors (in tuples, lists, dicts) detached from autograd's graph, to be sent."""
+    return nested.map_leaves(value, lambda leaf: leaf.detach() if isinstance(leaf, torch.Tensor) else leaf)

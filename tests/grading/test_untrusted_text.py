@@ -14,6 +14,7 @@ import re
 
 import nbformat
 import pytest
+from test_grader_units import RIGHT_DOUBLE, answered, graded
 
 from autograder import ch03_masking
 from autograder.core import Case, CheckFailed
@@ -21,7 +22,6 @@ from autograder.grading.notebooks import clean_outputs, read_submission
 from autograder.judge import JudgeFault, kernel_error, kind_of
 from autograder.protocol import Reply
 from autograder.text import EXCERPT_CHARACTERS, NUMBERS_KEPT, REPLACEMENT, clean, clean_tree, excerpt
-from test_grader_units import RIGHT_DOUBLE, answered, graded
 
 LONE_SURROGATE = "\ud800"
 
@@ -153,4 +153,4 @@ def test_a_result_of_another_kind_that_a_check_cannot_handle_is_the_answers_faul
 
 
 def _bare_assert():
-    assert False, "the course's own assertion"
+    raise AssertionError("the course's own assertion")
