@@ -16,7 +16,7 @@ import importlib
 import nbformat
 
 from autograder.grading.in_process import grade_in_process
-from autograder.grading.notebooks import CheckCall, check_calls, is_test, nbgrader_meta  # noqa: F401 (used by the tests)
+from autograder.grading.notebooks import CheckCall, check_calls, is_test, nbgrader_meta
 from course import ROOT, notebook
 
 

@@ -12,6 +12,11 @@ A test cell is never executed at grading. What it checks is read from its source
 is the instructor's: each ``checks.check_<part>(<answer>)`` line names a check of the
 chapter's checks module (and through it the part's declaration) and the answer it is
 called on; a line with ``hidden=True`` asks for the hidden cases too (:func:`check_calls`).
+
+What students received is the source cleared by nbgrader's own ``ClearSolutions`` and
+``ClearHiddenTests``, configured as the course configures them (:func:`release`): the stub
+an unanswered cell holds and the delimiters are the course's, and a region without its end
+is an error, as it is for ``nbgrader generate_assignment``.
 """
 
 from __future__ import annotations
@@ -19,22 +24,26 @@ from __future__ import annotations
 import ast
 import copy
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
+from nbgrader.preprocessors import ClearHiddenTests, ClearSolutions
+from traitlets.config import Config
 
 from ..text import clean, clean_tree
 
-#: The stub nbgrader puts in place of a solution (what an unanswered cell holds).
-BLANK_ANSWER = "# YOUR CODE HERE\nraise NotImplementedError()"
-_SOLUTION = re.compile(r"^([ \t]*)### BEGIN SOLUTION\n.*?^[ \t]*### END SOLUTION[ \t]*$", re.MULTILINE | re.DOTALL)
+#: nbgrader's preprocessors that turn a source notebook into the one students receive.
+CLEARING = (ClearSolutions, ClearHiddenTests)
 
 
 class UnreadableNotebook(Exception):
     """The submission is not a notebook that can be graded; the message says why."""
+
+
+class BrokenSource(ValueError):
+    """The instructor's source notebook cannot be released as nbgrader releases it; the message names the cell."""
 
 
 @dataclass
@@ -69,6 +78,8 @@ class Assembled:
         roles: per cell, ``"test"``, ``"answer"``, ``"extra"`` (a cell the student added)
             or ``"course"`` (the instructor's set-up and text).
         checks: per test cell index, the checks its source calls.
+        shown: per test cell index, its source as students received it (hidden tests
+            taken out): what the autograded notebook shows.
         unanswered: per answer grade id, whether the student left it as released
             (nbgrader's "No response." comment).
         notes: remarks for the instructor, e.g. duplicated ids.
@@ -78,6 +89,7 @@ class Assembled:
     parts: list[GradedCell]
     roles: list[str]
     checks: dict[int, list[CheckCall]] = field(default_factory=dict)
+    shown: dict[int, str] = field(default_factory=dict)
     unanswered: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -101,10 +113,11 @@ def check_calls(source: str) -> list[CheckCall]:
     """The ``checks.check_<part>(<answer>, ...)`` calls of a test cell's source, in order.
 
     Lines that are not such calls do nothing at grading (a test cell holds only these,
-    a test of the course says). A source that does not parse checks nothing.
+    a test of the course says), nbgrader's delimiters among them (comments, since the
+    instructor runs the source). A source that does not parse checks nothing.
     """
     try:
-        tree = ast.parse(_MARKERS.sub("", source))
+        tree = ast.parse(source)
     except SyntaxError:
         return []
     found = []
@@ -116,9 +129,6 @@ def check_calls(source: str) -> list[CheckCall]:
                          for k in node.keywords)
             found.append(CheckCall(node.func.attr, node.args[0].id, hidden))
     return sorted(found, key=lambda call: call.hidden)
-
-
-_MARKERS = re.compile(r"^\s*### (BEGIN|END) (SOLUTION|HIDDEN TESTS)\s*$", re.MULTILINE)
 
 
 def nbgrader_meta(cell: NotebookNode) -> dict:
@@ -150,7 +160,7 @@ def read_submission(path: Path) -> NotebookNode:
         raise
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UnreadableNotebook(f"the file is not valid notebook JSON ({error})") from None
-    except Exception as error:  # nbformat's own errors for versions it cannot convert
+    except Exception as error:  # noqa: BLE001 - nbformat's own errors for versions it cannot convert
         raise UnreadableNotebook(f"the notebook cannot be read ({type(error).__name__}: {error})") from None
 
 
@@ -164,36 +174,45 @@ def parts_of(source: NotebookNode) -> list[GradedCell]:
     return [GradedCell(nbgrader_meta(c)["grade_id"], float(nbgrader_meta(c).get("points", 0))) for c in source.cells if is_test(c)]
 
 
-def assemble(source: NotebookNode, submission: NotebookNode) -> Assembled:
-    """The notebook to grade: the source's cells with the submission's answers put in."""
-    answers, extras, notes = _student_cells(submission, source)
-    cells, roles, checks, unanswered = [], [], {}, {}
+def assemble(source: NotebookNode, submission: NotebookNode, clearing: dict[str, dict] | None = None) -> Assembled:
+    """The notebook to grade: the source's cells with the submission's answers put in.
 
-    def add(cell: NotebookNode, role: str) -> None:
+    ``clearing``: the course's options of nbgrader's clearing (:func:`clearing_options`;
+    nbgrader's defaults if ``None``), which say what an unanswered answer cell holds.
+
+    Raises:
+        BrokenSource: the source cannot be released (:func:`release`).
+    """
+    released = release(source, clearing)
+    answers, extras, notes = _student_cells(submission, source)
+    cells, roles, checks, shown, unanswered = [], [], {}, {}, {}
+
+    def add(cell: NotebookNode, role: str, as_released: NotebookNode | None = None) -> None:
         if role == "test":
             checks[len(cells)] = check_calls(cell.source)
+            shown[len(cells)] = as_released.source
         cells.append(cell)
         roles.append(role)
 
     for extra in extras.get(None, []):
         add(_code_cell(extra), "extra")
-    for cell in source.cells:
+    for cell, blank in zip(source.cells, released.cells, strict=True):
         cell = copy.deepcopy(cell)
         if cell.cell_type == "code":
             cell.outputs, cell.execution_count = [], None
         grade_id = nbgrader_meta(cell).get("grade_id")
         if is_answer(cell):
-            written, blank = answers.get(grade_id), blank_version(cell.source)
-            unanswered[grade_id] = written is None or written.strip() == blank.strip()
-            cell.source = blank if written is None else written
+            written = answers.get(grade_id)
+            unanswered[grade_id] = written is None or written.strip() == blank.source.strip()
+            cell.source = blank.source if written is None else written
             add(cell, "answer")
         else:
-            add(cell, "test" if is_test(cell) else "course")
+            add(cell, "test" if is_test(cell) else "course", blank)
         for extra in extras.get(grade_id, []):
             add(_code_cell(extra), "extra")
     notebook = copy.deepcopy(source)
     notebook.cells = cells
-    return Assembled(notebook, parts_of(source), roles, checks, unanswered, notes)
+    return Assembled(notebook, parts_of(source), roles, checks, shown, unanswered, notes)
 
 
 def _student_cells(submission: NotebookNode, source: NotebookNode):
@@ -229,27 +248,57 @@ def _student_cells(submission: NotebookNode, source: NotebookNode):
     return answers, extras, notes
 
 
-def blank_version(source: str) -> str:
-    """An answer cell as students receive it: each solution replaced by nbgrader's stub."""
-    stub = lambda match: "\n".join(match.group(1) + line for line in BLANK_ANSWER.splitlines())  # noqa: E731
-    return _SOLUTION.sub(stub, source)
-
-
 def _code_cell(source: str) -> NotebookNode:
     return nbformat.v4.new_code_cell(source)
 
 
-def release_source(cell_source: str) -> str:
-    """A test cell's source as students see it: the hidden tests taken out."""
-    kept, hidden = [], False
-    for line in cell_source.splitlines():
-        if "### BEGIN HIDDEN TESTS" in line:
-            hidden = True
-        elif "### END HIDDEN TESTS" in line:
-            hidden = False
-        elif not hidden:
-            kept.append(line)
-    return "\n".join(kept).rstrip()
+# --------------------------------------------------------------------------------------
+# The source as students received it: nbgrader's clearing, as the course configures it
+# --------------------------------------------------------------------------------------
+
+
+def clearing_options(config: Config | None = None) -> dict[str, dict]:
+    """The course's options of nbgrader's clearing, resolved as nbgrader resolves them, as plain data.
+
+    ``{"ClearSolutions": {"code_stub": ..., "begin_solution_delimeter": ..., ...},
+    "ClearHiddenTests": {...}}``: every configurable option of :data:`CLEARING`, from
+    ``config`` (the course's ``nbgrader_config.py``; nbgrader's defaults if ``None``). The
+    instructor's process reads them; a grading worker, which never sees the course's
+    configuration, is given them with its task.
+    """
+    preprocessors = [kind(config=copy.deepcopy(config or Config())) for kind in CLEARING]  # they rewrite it
+    return {type(p).__name__: {name: getattr(p, name) for name in p.trait_names(config=True)} for p in preprocessors}
+
+
+def release(source: NotebookNode, clearing: dict[str, dict] | None = None) -> NotebookNode:
+    """``source`` as ``nbgrader generate_assignment`` releases it: solutions replaced by the stub, hidden tests out.
+
+    nbgrader's own preprocessors (:data:`CLEARING`) clear each cell, configured by
+    ``clearing`` (:func:`clearing_options`; nbgrader's defaults if ``None``).
+
+    Raises:
+        BrokenSource: a cell nbgrader refuses to clear (a region without its end, nested
+            regions, a region outside a cell of its kind); the message names the cell.
+        ValueError: the notebook's language has no stub in ``code_stub`` (nbgrader's message).
+    """
+    config = Config(copy.deepcopy(clearing or {}))
+    preprocessors = [kind(config=config) for kind in CLEARING]
+    released = copy.deepcopy(source)
+    released.cells = [_cleared(cell, index, source.metadata, preprocessors) for index, cell in enumerate(source.cells)]
+    return released
+
+
+def _cleared(cell: NotebookNode, index: int, metadata: dict, preprocessors: list) -> NotebookNode:
+    """One cell cleared by ``preprocessors``, in a notebook of its own so that an error names it."""
+    alone = nbformat.v4.new_notebook(cells=[copy.deepcopy(cell)], metadata=copy.deepcopy(metadata))
+    try:
+        for preprocessor in preprocessors:
+            alone, _ = preprocessor.preprocess(alone, {})
+    except RuntimeError as error:  # nbgrader's refusal: the same stops ``nbgrader generate_assignment``
+        grade_id = nbgrader_meta(cell).get("grade_id")
+        name = f"cell {index + 1}" + (f" ({grade_id})" if grade_id else "")
+        raise BrokenSource(f"{name} of the source notebook cannot be released by nbgrader: {error}") from None
+    return alone.cells[0]
 
 
 # --------------------------------------------------------------------------------------

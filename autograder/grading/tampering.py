@@ -82,7 +82,7 @@ def scan(assembled: Assembled) -> list[Finding]:
     """
     scanner = _Scanner()
     findings = []
-    for index, (cell, role) in enumerate(zip(assembled.notebook.cells, assembled.roles)):
+    for index, (cell, role) in enumerate(zip(assembled.notebook.cells, assembled.roles, strict=True)):
         if cell.cell_type != "code" or role == "test":
             continue
         found = scanner.read(cell.source)

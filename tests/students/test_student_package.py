@@ -23,10 +23,11 @@ import textwrap
 import zipfile
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
-from autograder.grading.notebooks import release_source
+from autograder.grading.notebooks import is_test, release
 from autograder.instructor.publish import PublishError, publish
 from autograder.reference import generate
 from course import ASSIGNMENTS, ROOT, load, notebook
@@ -158,16 +159,9 @@ def test_publishing_refuses_a_folder_it_did_not_make(tmp_path):
 
 def notebook_script(assignment: str) -> str:
     """The solution notebook as a script, its test cells as released (hidden tests taken out)."""
-    cells = load(notebook(ROOT / "solutions", assignment))["cells"]
-    chunks = []
-    for cell in cells:
-        if cell["cell_type"] != "code":
-            continue
-        source = "".join(cell["source"])
-        if cell["metadata"].get("nbgrader", {}).get("grade"):
-            source = release_source(source)
-        chunks.append(source)
-    return "\n\n".join(chunks)
+    solution = nbformat.read(notebook(ROOT / "solutions", assignment), as_version=4)
+    return "\n\n".join((shown if is_test(cell) else cell).source
+                       for cell, shown in zip(solution.cells, release(solution).cells, strict=True) if cell.cell_type == "code")
 
 
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
