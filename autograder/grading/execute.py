@@ -19,6 +19,7 @@ process's zygote (``zygote.py``); where none can run, each starts in its own san
 
 from __future__ import annotations
 
+import enum
 import os
 import shutil
 import subprocess
@@ -36,10 +37,10 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
 from nbformat import NotebookNode
 
+from ..text import excerpt
 from . import kernels
 from .errors import Deadline, GradingEnvironmentError, KernelLost
 from .kernel_respondent import KernelRespondent
-from ..text import excerpt
 from .notebooks import Assembled
 from .sandbox import Limits
 
@@ -48,12 +49,37 @@ MAX_RESTARTS = 3
 NOTED_OUTPUT_BYTES = 2**20
 
 
+class Status(str, enum.Enum):
+    """A status kept as its text: equal to it, hashed and written as it (CSV, JSON, notebooks); subclassed per kind."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class CellStatus(Status):
+    """How one cell ended."""
+
+    OK = "ok"
+    ERROR = "error"  # it raised
+    TIMEOUT = "timeout"  # its time, or the notebook's, ran out
+    DIED = "died"  # its kernel died
+    NOT_RUN = "not run"  # a test cell, or a cell never reached
+
+    @property
+    def cut_short(self) -> bool:
+        """Whether the grader stopped it from outside: out of time, or its kernel died."""
+        return self in (CellStatus.TIMEOUT, CellStatus.DIED)
+
+
 @dataclass
 class CellResult:
-    """How one cell ended: ``ok``, ``error``, ``timeout``, ``died`` or ``not run``."""
+    """How one cell ended (``status``: a :class:`CellStatus` or its text), and what it said."""
 
-    status: str
+    status: CellStatus
     message: str = ""
+
+    def __post_init__(self):
+        self.status = CellStatus(self.status)
 
 
 class _Client(NotebookClient):
@@ -87,7 +113,7 @@ class KernelSession:
     def __init__(self, assembled: Assembled, limits: Limits, scratch: str):
         self.assembled, self.limits, self.scratch = assembled, limits, scratch
         self.cells = assembled.notebook.cells
-        self.results = [CellResult("not run") for _ in self.cells]
+        self.results = [CellResult(CellStatus.NOT_RUN) for _ in self.cells]
         self.deadline = time.monotonic() + limits.notebook_seconds
         self.restarts = 0
         self.client: _Client | None = None
@@ -126,11 +152,11 @@ class KernelSession:
         if cell.cell_type != "code":
             return True
         if self.left() <= 0:
-            self.results[index] = CellResult("timeout", f"the notebook's time limit of {self.limits.notebook_seconds:.0f} s "
-                                                        "was reached")
+            self.results[index] = CellResult(CellStatus.TIMEOUT, f"the notebook's time limit of "
+                                                                 f"{self.limits.notebook_seconds:.0f} s was reached")
             return True
         self.results[index] = self._execute(index)
-        if self.results[index].status in ("timeout", "died"):
+        if self.results[index].status.cut_short:
             return self.recover(upto=index)
         return True
 
@@ -141,20 +167,20 @@ class KernelSession:
                   if out_of_time else "not run: the kernel was lost too often before it")
         for index in range(start, stop):
             if self.cells[index].cell_type == "code" and self.assembled.roles[index] != "test":
-                self.results[index] = CellResult("timeout" if out_of_time else "died", reason)
+                self.results[index] = CellResult(CellStatus.TIMEOUT if out_of_time else CellStatus.DIED, reason)
 
     def _execute(self, index: int) -> CellResult:
         cell = self.cells[index]
         self.client.timeout = max(1, int(min(self.limits.cell_seconds, self.left())))
         try:
             self.client.execute_cell(cell, index)
-            return CellResult("ok")
+            return CellResult(CellStatus.OK)
         except CellExecutionError as error:  # the kernel's words: shown cut short (text.excerpt)
-            return CellResult("error", f"{excerpt(error.ename, limit=60)}: {excerpt(error.evalue)}")
+            return CellResult(CellStatus.ERROR, f"{excerpt(error.ename, limit=60)}: {excerpt(error.evalue)}")
         except CellTimeoutError:
-            return CellResult("timeout", f"the cell ran longer than {self.client.timeout} s")
+            return CellResult(CellStatus.TIMEOUT, f"the cell ran longer than {self.client.timeout} s")
         except DeadKernelError:
-            return CellResult("died", self.death())
+            return CellResult(CellStatus.DIED, self.death())
 
     def _pin(self, index: int, recover: bool = True) -> bool:
         """Keep the answers that test cell ``index`` checks, as they are now, in the kernel.
@@ -198,11 +224,11 @@ class KernelSession:
             if role == "test":
                 if not self._pin(index, recover=False):
                     return False
-            elif self.cells[index].cell_type == "code" and self.results[index].status == "ok":
+            elif self.cells[index].cell_type == "code" and self.results[index].status is CellStatus.OK:
                 saved_outputs = list(self.cells[index].outputs)
-                result = self._execute(index) if self.left() > 0 else CellResult("timeout")
+                result = self._execute(index) if self.left() > 0 else CellResult(CellStatus.TIMEOUT)
                 self.cells[index].outputs = saved_outputs
-                if result.status != "ok":
+                if result.status is not CellStatus.OK:
                     return False
         return True
 
@@ -316,7 +342,7 @@ class KernelSession:
         self.client.start_new_kernel(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         self.client.start_new_kernel_client()  # waits until the kernel answers: its sockets are bound
         handle = km.handle()
-        if handle is not None and not handle.seal():
+        if handle is not None and self.limits.sandbox and not handle.seal():  # no sandbox: nothing to seal
             raise RuntimeError("the grading kernel's sockets folder could not be sealed")
         self._prepare()
 
@@ -340,7 +366,7 @@ class KernelSession:
         if self.client is not None and self.client.km is not None:
             try:
                 self.client._cleanup_kernel()
-            except Exception:  # already gone
+            except Exception:  # noqa: BLE001 - already gone, however it went
                 pass
         self.client = None
         if self.sockets is not None:

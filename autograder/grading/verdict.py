@@ -26,16 +26,32 @@ from ..core import CheckFailed
 from ..judge import JudgeFault, NotDefined, Respondent, judge, kernel_reports, where_raised
 from ..text import clean
 from .errors import KernelLost, TimedOut
-from .execute import CellResult, open_session
-from .tampering import Finding, scan
-from .notebooks import (Assembled, UnreadableNotebook, answer_ids, assemble, clean_outputs, parts_of, read_submission,
-                        release_source)
+from .execute import CellResult, CellStatus, Status, open_session
+from .notebooks import (
+    Assembled,
+    BrokenSource,
+    UnreadableNotebook,
+    answer_ids,
+    assemble,
+    clean_outputs,
+    parts_of,
+    read_submission,
+)
 from .sandbox import Limits
+from .tampering import Finding, scan
 
-#: Status of a part, as in grades/<assignment>.csv.
-#: The status of a part whose points are withheld until an instructor looks (:func:`_needs_a_look`).
-NEEDS_A_LOOK = "needs a look"
-STATUSES = ("passed", "failed", "error", "timeout", "missing", NEEDS_A_LOOK)
+
+class PartStatus(Status):
+    """How one part did, as written in grades/<assignment>.csv, the state files and the summary (in this order)."""
+
+    PASSED = "passed"
+    FAILED = "failed"  # a wrong result, or not answered
+    ERROR = "error"  # it could not be checked: not defined, raised, its kernel lost, the notebook unreadable
+    TIMEOUT = "timeout"
+    MISSING = "missing"  # no notebook submitted
+    NEEDS_A_LOOK = "needs a look"  # points withheld until an instructor looks (:func:`_needs_a_look`)
+
+
 #: The findings of the tampering scan a message names (then "and N more").
 SHOWN_FINDINGS = 3
 #: The longest message kept for a part (what a student's code raised is part of it).
@@ -49,11 +65,15 @@ class PartResult:
     part: str
     score: float
     max_score: float
-    status: str
+    status: PartStatus  # or its text, as read back from a state file
     message: str = ""
 
+    def __post_init__(self):
+        self.status = PartStatus(self.status)
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Plain data, the status as its text: a row of the CSV, of a state file, of a worker's outcome."""
+        return {**asdict(self), "status": self.status.value}
 
 
 @dataclass
@@ -75,29 +95,36 @@ class Graded:
     notes: list[str] = field(default_factory=list)
 
 
-def all_parts(source: NotebookNode, status: str, message: str, notes: list[str] | None = None) -> Graded:
+def all_parts(source: NotebookNode, status: PartStatus, message: str, notes: list[str] | None = None) -> Graded:
     """A submission that was not run at all (missing, unreadable, refused): every part ``status``, saying why."""
     return Graded([PartResult(p.grade_id, 0.0, p.points, status, message) for p in parts_of(source)], None,
                   dict.fromkeys(answer_ids(source), True), notes or [])
 
 
-def grade_submission(source: NotebookNode, path: Path, limits: Limits, key: str) -> Graded:
+def grade_submission(source: NotebookNode, path: Path, limits: Limits, key: str,
+                     clearing: dict[str, dict] | None = None) -> Graded:
     """Grade the notebook at ``path`` against the instructor's ``source``; ``key`` draws the hidden cases.
 
     The checks are those of the chapter named after the notebook (``03_masking.ipynb``:
-    ``autograder.ch03_masking``).
+    ``autograder.ch03_masking``); ``clearing`` is how the course's nbgrader clears the source
+    (``notebooks.clearing_options``).
+
+    Raises:
+        BrokenSource: the source cannot be released, whatever was submitted.
     """
     if not path.is_file():
-        return all_parts(source, "missing", f"no notebook {path.name} in the submission")
+        return all_parts(source, PartStatus.MISSING, f"no notebook {path.name} in the submission")
     try:
         submission = read_submission(path)
     except UnreadableNotebook as error:
-        return all_parts(source, "error", str(error))
+        return all_parts(source, PartStatus.ERROR, str(error))
     try:
-        assembled = assemble(source, submission)
-    except Exception as error:  # metadata no notebook tool writes: the submission's fault, not the grader's
-        return all_parts(source, "error", f"the notebook could not be read as an assignment: "
-                                           f"{type(error).__name__}: {error}")
+        assembled = assemble(source, submission, clearing)
+    except BrokenSource:
+        raise  # the instructor's notebook, not the submission
+    except Exception as error:  # noqa: BLE001 - metadata no notebook tool writes: the submission's fault
+        return all_parts(source, PartStatus.ERROR, f"the notebook could not be read as an assignment: "
+                                                   f"{type(error).__name__}: {error}")
     chapter = importlib.import_module(f"autograder.ch{path.stem}")
     where = [torch.device("cpu")] + ([torch.device("cuda")] if limits.device == "cuda" else [])
     with open_session(assembled, limits) as session:
@@ -158,7 +185,7 @@ def _needs_a_look(judged: tuple[PartResult, str], findings: list[Finding],
     result, _ = judged
     reports = list(dict.fromkeys(report for declaration in declarations if declaration is not None
                                  for report in kernel_reports(declaration)))
-    if result.status != "passed" or not findings or not reports:
+    if result.status is not PartStatus.PASSED or not findings or not reports:
         return judged
     more = len(findings) - SHOWN_FINDINGS
     found = "; ".join(str(finding) for finding in findings[:SHOWN_FINDINGS]) + (f"; and {more} more" if more > 0 else "")
@@ -167,7 +194,7 @@ def _needs_a_look(judged: tuple[PartResult, str], findings: list[Finding],
             f"({found}), so what the kernel reported about this part may be forged: {', '.join(reports)}. Read those "
             "cells; if they are harmless, give the points by hand in the formgrader")
     text = _shown(text)
-    return PartResult(result.part, 0.0, result.max_score, NEEDS_A_LOOK, text), text
+    return PartResult(result.part, 0.0, result.max_score, PartStatus.NEEDS_A_LOOK, text), text
 
 
 def _shown(text: str) -> str:
@@ -180,44 +207,45 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
     """The result of the part whose test cell is ``index``, and the text its cell shows."""
     part = assembled.part_of(index)
 
-    def verdict(status: str, text: str = "") -> tuple[PartResult, str]:
+    def verdict(status: PartStatus, text: str = "") -> tuple[PartResult, str]:
         text = _shown(text)
-        passed = status == "passed"
+        passed = status is PartStatus.PASSED
         return PartResult(part.grade_id, part.points if passed else 0.0, part.points, status, "" if passed else text), text
 
     tests = assembled.test_indices()
     start = max([i for i in tests if i < index], default=-1) + 1
     for answer in range(start, index):  # the part's own answers ran out of time or killed the kernel
-        if session.results[answer].status in ("timeout", "died"):
+        if session.results[answer].status.cut_short:
             return verdict(_status_of(session.results[answer]), f"an answer cell: {session.results[answer].message}")
     calls = assembled.checks.get(index, [])
     if not calls:
-        return verdict("error", "this test cell calls no check of the course (`checks.check_…(answer)`)")
+        return verdict(PartStatus.ERROR, "this test cell calls no check of the course (`checks.check_…(answer)`)")
     deadline = min(time.monotonic() + seconds, session.deadline)
     lines = []
     for call in calls:
         if time.monotonic() >= session.deadline:
-            return verdict("timeout", "not checked: the notebook's time limit was reached")
+            return verdict(PartStatus.TIMEOUT, "not checked: the notebook's time limit was reached")
         if not session.alive:
-            return verdict("error", "not run: the kernel was lost too often")
+            return verdict(PartStatus.ERROR, "not run: the kernel was lost too often")
         declaration = getattr(getattr(chapter, call.check, None), "declaration", None)
         if declaration is None:
-            return verdict("error", f"the course has no check `{call.check}` in {chapter.__name__}")
+            return verdict(PartStatus.ERROR, f"the course has no check `{call.check}` in {chapter.__name__}")
         respondent = session.respondent(declaration, call.check, assembled.test_id(index), call.answer, deadline)
         try:
             count = judge(declaration, respondent, hidden=call.hidden, key=key, where=where)
         except NotDefined as missing:
-            return verdict("error", str(missing) + _context(session.results, 0, index))
+            return verdict(PartStatus.ERROR, str(missing) + _context(session.results, 0, index))
         except CheckFailed as failure:
-            return verdict("failed", str(failure) + _context(session.results, start, index))
+            return verdict(PartStatus.FAILED, str(failure) + _context(session.results, start, index))
         except NotImplementedError:
-            return verdict("failed", "not answered (the cell still raises NotImplementedError)")
+            return verdict(PartStatus.FAILED, "not answered (the cell still raises NotImplementedError)")
         except TimedOut as timeout:
             session.recover()
-            return verdict("timeout", str(timeout))
+            return verdict(PartStatus.TIMEOUT, str(timeout))
         except KernelLost:
             session.recover()
-            return verdict("error", "the kernel died while this part was checked (it exited, crashed or ran out of memory)")
+            return verdict(PartStatus.ERROR,
+                           "the kernel died while this part was checked (it exited, crashed or ran out of memory)")
         except JudgeFault:
             raise
         except Exception as error:  # the course's own code (a bare assert, a bug): never the student's zero
@@ -226,21 +254,22 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
         kind = "hidden" if call.hidden else "visible"
         lines.append(f"{count} {kind} case{'s' if count != 1 else ''}")
     devices = " and ".join(device.type for device in where)
-    return verdict("passed", f"✔ {part.grade_id.removeprefix('test_')}: passed {' and '.join(lines)} on {devices}")
+    return verdict(PartStatus.PASSED, f"✔ {part.grade_id.removeprefix('test_')}: passed {' and '.join(lines)} on {devices}")
 
 
 def _context(results: list[CellResult], start: int, index: int) -> str:
     """Why the part may have failed: what went wrong last in the cells from ``start`` to ``index``."""
     for i in reversed(range(start, index)):
-        if results[i].status == "error":
+        if results[i].status is CellStatus.ERROR:
             return f" (an answer cell raised {results[i].message})"
-        if results[i].status in ("timeout", "died"):
+        if results[i].status.cut_short:
             return f" (an earlier cell: {results[i].message})"
     return ""
 
 
-def _status_of(result: CellResult) -> str:
-    return "timeout" if result.status == "timeout" else "error"
+def _status_of(result: CellResult) -> PartStatus:
+    """The status of a part whose answer cell was cut short: a timeout if it ran out of time, else an error."""
+    return PartStatus.TIMEOUT if result.status is CellStatus.TIMEOUT else PartStatus.ERROR
 
 
 # --------------------------------------------------------------------------------------
@@ -261,15 +290,15 @@ def autograded(assembled: Assembled, cell_results: list[CellResult],
     for index, cell in enumerate(notebook.cells):
         if index in verdicts:
             result, text = verdicts[index]
-            cell.source = release_source(cell.source)
-            if result.status == "passed":
+            cell.source = assembled.shown[index]
+            if result.status is PartStatus.PASSED:
                 cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=text + "\n")]
             else:
-                cell.outputs = [nbformat.v4.new_output("error", ename=result.status, evalue=text,
+                cell.outputs = [nbformat.v4.new_output("error", ename=result.status.value, evalue=text,
                                                        traceback=[f"{result.status}: {text}"])]
         elif cell.cell_type == "code":
             cell.outputs = clean_outputs(cell.outputs)
-            if cell_results[index].status in ("timeout", "died"):
+            if cell_results[index].status.cut_short:
                 cell.outputs.append(_note(cell_results[index].message))
     return notebook
 

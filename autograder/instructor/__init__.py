@@ -13,3 +13,11 @@ a submission's bytes, which it only hands to a worker (``autograder/grading/``).
 * ``publish.py``: the student repository of a course run for credit;
 * ``feedback.py`` and ``templates/``: the feedback pages' math, from the course's own MathJax.
 """
+
+import sys
+
+# jsonschema, which nbformat imports, builds rfc3987_syntax's IRI grammar (lark, Earley) as it
+# is imported, for its optional "iri" format checks: 2 to 5 s of every grading run's start
+# (python-jsonschema/jsonschema#1428). No notebook, nbgrader or gradebook schema asks for that
+# format, so this process goes without that check (jsonschema leaves it out when the module is missing).
+sys.modules.setdefault("rfc3987_syntax", None)

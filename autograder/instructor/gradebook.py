@@ -28,15 +28,24 @@ from pathlib import Path
 from typing import Callable, Iterator, Mapping, TypeVar
 
 import nbformat
-from nbgrader.api import (Comment, Gradebook, Grade, InvalidEntry, MissingEntry, Student, SubmittedAssignment,
-                          SubmittedNotebook)
+from nbgrader.api import (
+    Comment,
+    Grade,
+    Gradebook,
+    InvalidEntry,
+    MissingEntry,
+    Student,
+    SubmittedAssignment,
+    SubmittedNotebook,
+)
 from nbgrader.coursedir import CourseDirectory
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError, OperationalError, SAWarning
-from traitlets.config.loader import Config, PyFileConfigLoader
+from traitlets.config.loader import Config
 
-from ..text import clean
 from ..grading.verdict import PartResult
+from ..text import clean
+from .settings import course_config
 
 T = TypeVar("T")
 ATTEMPTS = 5  # tries of one transaction that conflicts with another run's (see ``_conflict``)
@@ -56,7 +65,7 @@ def with_limits(db_url: str) -> str:
     """``db_url`` with :data:`POSTGRES_LIMITS` for what it leaves unset (other databases unchanged)."""
     try:
         url = make_url(db_url)
-    except Exception:  # nbgrader reports a malformed URL itself
+    except Exception:  # noqa: BLE001 - nbgrader reports a malformed URL itself
         return db_url
     if url.get_backend_name() != "postgresql":
         return db_url
@@ -76,20 +85,31 @@ class GradebookUnavailable(ConnectionError):
 CSV_COLUMNS = ["student", "assignment", "part", "score", "max_score", "status", "message", "auto_score"]
 
 
+class GradebookError(RuntimeError):
+    """The course is not laid out as grading needs (e.g. not exactly one source notebook of an assignment).
+
+    The command prints its message alone and exits with 1.
+    """
+
+
 @dataclass
 class Course:
-    """Where an nbgrader course keeps things, read from its ``nbgrader_config.py``."""
+    """Where an nbgrader course keeps things, read from its ``nbgrader_config.py``.
+
+    Attributes:
+        config: that file's configuration, read once (``settings.course_config``): nbgrader's
+            own sections, and the grading settings' (``c.GradeSettings``).
+    """
 
     root: Path
     coursedir: CourseDirectory
+    config: Config
 
     @classmethod
     def open(cls, root: Path) -> "Course":
         root = root.resolve()
-        config = Config()
-        if (root / "nbgrader_config.py").exists():
-            config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
-        return cls(root, CourseDirectory(config=config, root=str(root)))
+        config = course_config(root)
+        return cls(root, CourseDirectory(config=config, root=str(root)), config)
 
     @property
     def db_url(self) -> str:
@@ -105,7 +125,7 @@ class Course:
     def source_notebook(self, assignment: str) -> Path:
         found = sorted(self.folder("source", assignment).glob("*.ipynb"))
         if len(found) != 1:
-            raise SystemExit(f"expected one source notebook in {self.folder('source', assignment)}, found {len(found)}")
+            raise GradebookError(f"expected one source notebook in {self.folder('source', assignment)}, found {len(found)}")
         return found[0]
 
     def students(self, assignment: str) -> list[str]:
@@ -124,7 +144,7 @@ def describe(db_url: str) -> str:
     """``db_url`` as written in the configuration, but without its password, to name the database in messages."""
     try:
         url = make_url(db_url)
-    except Exception:  # not a URL SQLAlchemy can parse: say it as given
+    except Exception:  # noqa: BLE001 - not a URL SQLAlchemy can parse: say it as given
         return db_url
     return url.render_as_string(hide_password=True) if url.password else db_url
 
@@ -205,7 +225,7 @@ def _close(gradebook: Gradebook) -> None:
     """Close ``gradebook``, rolling back what was not committed; a connection already lost is fine."""
     try:
         gradebook.close()
-    except Exception:
+    except Exception:  # noqa: BLE001 - a connection already lost, however it was lost
         pass
 
 

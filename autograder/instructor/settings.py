@@ -13,12 +13,19 @@ declaration serves three ways of giving it, the later overriding the earlier:
 3. a keyword argument of :func:`autograder.instructor.grade.grade`, which is what each
    option of ``python -m autograder grade`` becomes (``--memory-mb 2048`` is
    ``memory_mb=2048``).
+
+Nothing else lists the settings: ``grade()`` takes them through :func:`takes_settings`, and
+the command line makes one option of each (``cli.py``), so a trait added here is a keyword
+and an option at once.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 import os
+import textwrap
 from pathlib import Path
 
 from traitlets import Bool, Enum, Float, Integer, TraitError, Unicode, validate
@@ -52,6 +59,9 @@ class GradeSettings(Configurable):
                                   "(default: 5 x timeout)").tag(config=True)
     memory_mb = Integer(4096, min=256, help="memory of one submission's kernel, in MiB, its files in memory included "
                                             "(default: 4096)").tag(config=True)
+    gpu_memory_mb = Integer(None, allow_none=True, min=256,
+                            help="memory of one submission's kernel on each GPU, in MiB, for device cuda: PyTorch's "
+                                 "per-process cap, set as the kernel starts CUDA (default: memory_mb)").tag(config=True)
     processes = Integer(256, min=32, help="processes and threads one submission's kernel may run at once, where a "
                                           "cgroup can be made (default: 256)").tag(config=True)
     grader_memory_mb = Integer(3072, min=1024,
@@ -63,7 +73,7 @@ class GradeSettings(Configurable):
     secret_file = Unicode(None, allow_none=True,
                           help="the course secret behind the hidden cases; made on first use, keep it out of "
                                f"every repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})").tag(config=True)
-    sandbox = Bool(True, help="run student code in bubblewrap (turning it off is unsafe)").tag(config=True)
+    sandbox = Bool(True, help="run student code in bubblewrap; turning it off is unsafe (default: on)").tag(config=True)
 
     @validate("timeout", "notebook_timeout", "scheduler_timeout")
     def _finite(self, proposal):
@@ -84,8 +94,47 @@ class GradeSettings(Configurable):
 
 
 def setting_names() -> list[str]:
-    """The names of the settings, in declaration order."""
+    """The names of the settings, in alphabetical order (as traitlets lists them)."""
     return list(GradeSettings.class_own_traits(config=True))
+
+
+def setting_type(name: str) -> type:
+    """The Python type a setting takes: ``int``, ``float``, ``bool`` or ``str`` (for a choice among names too)."""
+    trait = GradeSettings.class_traits()[name]
+    for kind, python_type in ((Bool, bool), (Integer, int), (Float, float)):
+        if isinstance(trait, kind):
+            return python_type
+    return str
+
+
+def takes_settings(function):
+    """Decorator: ``function(..., **given)`` takes exactly the settings as keywords, each ``None`` unless given.
+
+    Its signature (``help()``, ``inspect.signature``) lists every setting as a keyword-only
+    parameter, default ``None``, in place of ``**given``; its docstring ends with each
+    setting's help. Any other keyword raises ``TypeError``, naming it and the settings.
+    """
+    signature = inspect.signature(function)
+    *fixed, given = signature.parameters.values()
+    if given.kind is not inspect.Parameter.VAR_KEYWORD:
+        raise TypeError(f"{function.__name__} must end with **given to take the settings")
+    settings = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                  annotation=setting_type(name) | None) for name in setting_names()]
+    accepted = {parameter.name for parameter in fixed} | set(setting_names())
+
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        unknown = [name for name in kwargs if name not in accepted]
+        if unknown:
+            raise TypeError(f"{function.__name__}() got an unexpected keyword argument {unknown[0]!r}; "
+                            f"the settings: {', '.join(setting_names())}")
+        return function(*args, **kwargs)
+
+    checked.__signature__ = signature.replace(parameters=[*fixed, *settings])
+    checked.__doc__ = (function.__doc__ or "") + "\n    Settings:\n" + "".join(
+        textwrap.fill(f"{name}: {GradeSettings.class_traits()[name].help}", width=100, initial_indent=" " * 8,
+                      subsequent_indent=" " * 12) + "\n" for name in setting_names())
+    return checked
 
 
 def course_config(course_dir: Path) -> Config:
@@ -130,6 +179,8 @@ def _set(settings: GradeSettings, name: str, value, origin: str) -> None:
     where = f"--{name.replace('_', '-')} / c.GradeSettings.{name}"
     if name not in setting_names():
         raise ValueError(f"unknown grading setting {name!r} ({origin}); the settings: {', '.join(setting_names())}")
+    if isinstance(value, os.PathLike):  # secret_file=Path(...) from Python
+        value = os.fspath(value)
     try:
         setattr(settings, name, value)
     except TraitError as error:
