@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from .core import Case
-from .kernel.measure import describe_module
 from .judge import checks
+from .kernel.measure import describe_module
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch01_nadaraya_watson"
@@ -294,7 +294,7 @@ def _rounded(values: list[float]) -> list[float]:
 
 
 def _all_close(actual: list[float], expected: list[float]) -> bool:
-    return all(math.isclose(a, e, rel_tol=1e-3, abs_tol=1e-4) for a, e in zip(actual, expected))
+    return all(math.isclose(a, e, rel_tol=1e-3, abs_tol=1e-4) for a, e in zip(actual, expected, strict=True))
 
 
 PARTS = {part.name: part for part in (GAUSSIAN, BOXCAR, EPANECHNIKOV, POOLING, LEAVE_ONE_OUT, REGRESSION, TRAINING)}

@@ -14,8 +14,8 @@ from torch import nn
 
 from .ch03_masking import _compare_masks, _expect_pytorchs_output_and_empty_rows
 from .core import Case
-from .kernel.measure import describe_module
 from .judge import checks
+from .kernel.measure import describe_module
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch04_multihead"

@@ -17,8 +17,8 @@ import torch
 from torch import nn
 
 from .core import Case
-from .kernel.measure import describe_module
 from .judge import checks
+from .kernel.measure import describe_module
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch05_positional_encoding"
@@ -238,7 +238,8 @@ def _trainable_table(cls):
         if embedding is not None:
             seen["size"] = (embedding.num_embeddings, embedding.embedding_dim)
             seen["trainable"] = any(p is embedding.weight for p in module.parameters()) and embedding.weight.requires_grad
-            (seen["gradient"],) = torch.autograd.grad(module(X).sum(), embedding.weight)
+            if embedding.weight.requires_grad:  # a frozen table has no gradient to ask for: it fails on "trainable"
+                (seen["gradient"],) = torch.autograd.grad(module(X).sum(), embedding.weight)
         return seen
 
     return look

@@ -28,14 +28,15 @@ import contextlib
 import functools
 import io
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
 import torch
 
+from . import nested
 from .core import Case, CheckFailed, devices, passed, tensors_in, to_device
-from .parts import ArgumentCheck, Part, hidden_calls, reference_of, visible_calls
-from .kernel.respond import names_used, respond
+from .kernel.respond import names_called, respond
+from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, reference_of, visible_calls
 from .protocol import ARGUMENTS, CASES, Reply, Request
 from .text import excerpt
 
@@ -60,8 +61,8 @@ class Respondent(Protocol):
     """Where an answer lives: :meth:`ask_all` calls it on each request, in order, and returns the replies.
 
     A respondent that can count the answer's own CPU time during :meth:`ask_all` says it by a
-    method ``cpu_seconds() -> float | None`` (the kernel's, ``grading/kernel_respondent.py``);
-    without it the judge times the call by the wall clock.
+    method ``cpu_seconds() -> float | None`` (the kernel's, ``grading/kernel_respondent.py``, and
+    :class:`LocalRespondent`); without it the judge times the call by the wall clock.
     """
 
     def ask_all(self, requests: list[Request]) -> list[Reply]: ...
@@ -79,17 +80,26 @@ class LocalRespondent:
 
     def __init__(self, declaration: Part | ArgumentCheck, answer: Any):
         self.declaration, self.answer = declaration, answer
+        self._cpu_seconds: float | None = None
 
     def ask_all(self, requests: list[Request]) -> list[Reply]:
-        return [respond(self.declaration, self.answer, request, earlier=reference_of) for request in requests]
+        before = time.process_time()
+        replies = [respond(self.declaration, self.answer, request, earlier=reference_of) for request in requests]
+        self._cpu_seconds = (time.process_time() - before) / torch.get_num_threads()
+        return replies
+
+    def cpu_seconds(self) -> float | None:
+        """The CPU time this process used during the last :meth:`ask_all`, divided by PyTorch's threads (its wall
+        time had it kept them busy), as a grading kernel's is measured: the answer's own work, not the machine's
+        load."""
+        return self._cpu_seconds
 
     def check_earlier(self, declaration: Part) -> None:
         """Without the references, an earlier part the answer calls must pass its own visible check first."""
         from .kernel.measure import functions_of
 
-        functions = functions_of(self.answer)
-        called = set().union(*(names_used(f.__code__) for f in functions)) if functions else set()
-        namespace = {k: v for f in functions for k, v in f.__globals__.items()}
+        called = names_called(self.answer)
+        namespace = {k: v for f in functions_of(self.answer) for k, v in f.__globals__.items()}
         for name, dependency in declaration.depends_on.items():
             if name not in called or not isinstance(dependency, Part) or reference_of(dependency) is not None:
                 continue
@@ -156,7 +166,7 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
     seconds, clock = (wall, "wall-clock time") if cpu is None else (cpu, "CPU time")
     if len(replies) != len(questions):
         raise JudgeFault(f"{declaration.name}: {len(replies)} replies to {len(questions)} calls")
-    for question, reply in zip(questions, replies):
+    for question, reply in zip(questions, replies, strict=True):
         question.case.seconds, question.case.clock = seconds, clock
         question.judge(question, reply)
     return sum(question.counts for question in questions)
@@ -164,20 +174,28 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
 
 @dataclass
 class _Question:
-    """One call to ask for, and how to judge its reply."""
+    """One call to ask for, and how to judge its reply; the fields after ``counts`` are what its ``judge`` reads."""
 
     case: Case
     request: Request
     judge: Callable[["_Question", Reply], None]
     kept: tuple = ((), {})  # the inputs as sent, whatever the answer does to them
     counts: int = 0  # how many of the part's device runs it is
-    context: dict = field(default_factory=dict)
+    probe: Probe | None = None  # a probe's call: the probe
+    part: Part | None = None  # a case on a device: its part, its call, the device
+    call: Call | None = None
+    device: torch.device | None = None
+    expected_by: Callable | None = None  # the reference adapted, for a hidden case (visible: its call's expected)
+    argument: str = ""  # a bad call: the argument it gets wrong
 
 
 def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.device]) -> list[_Question]:
-    """The part's probes, then each case on each device and on ``meta``."""
-    questions = [_Question(Case(part.name, call.description), Request(probe.name, call.args, call.kwargs),
-                           _judge_probe, _copy((call.args, call.kwargs)), context={"probe": probe})
+    """The part's probes, then each case on each device and on ``meta``. Where the part forbids library
+    attention, the probes watch for it too, so that an answer that delegates is told so rather than
+    failed by a probe for what the library did (its memory, its dropout)."""
+    questions = [_Question(Case(part.name, call.description),
+                           Request(probe.name, call.args, call.kwargs, library=part.forbid_library),
+                           _judge_probe, _copy((call.args, call.kwargs)), probe=probe)
                  for probe in part.probes for call in probe.calls()]
     if hidden:
         calls, reference = hidden_calls(part, key)
@@ -192,8 +210,7 @@ def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.devi
             questions.append(_Question(Case(part.name, f"{call.description}, on {device.type}", call.seed),
                                        Request(CASES, args, kwargs, library=library), _judge_case,
                                        _copy((args, kwargs)), counts=1,
-                                       context={"part": part, "call": call, "device": device,
-                                                "expected_by": expected_by}))
+                                       part=part, call=call, device=device, expected_by=expected_by))
         if part.meta:
             questions.append(_Question(Case(part.name, f"{call.description}, on the meta device", call.seed),
                                        Request(CASES, to_device(call.args, "meta"), to_device(call.kwargs, "meta")),
@@ -203,15 +220,15 @@ def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.devi
 
 def _judge_case(question: _Question, reply: Reply) -> None:
     """A case's reply: no library attention where forbidden, the inputs unchanged, the result right."""
-    case, part, call = question.case, question.context["part"], question.context["call"]
+    case, part, call = question.case, question.part, question.call
     if question.request.library:
+        _expect_an_own_answer(case, reply)
         _expect_no_library_attention(case, reply)
     result = answer_of(case, reply)
     args, kwargs = question.kept
     _expect_inputs_unchanged(case, part, question.kept, reply.after)
-    expected_by = question.context["expected_by"]
-    expected = expected_by(*args, **kwargs) if expected_by is not None else to_device(call.expected,
-                                                                                      question.context["device"])
+    expected_by = question.expected_by
+    expected = expected_by(*args, **kwargs) if expected_by is not None else to_device(call.expected, question.device)
     if expected is not None or part.compare is not None:
         slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
         _judged(case, result, expected, part.compare_results, case, result, expected, slack)
@@ -268,7 +285,7 @@ def _judged(case: Case, result: Any, expected: Any, assertion: Callable, *args) 
         assertion(*args)
     except (CheckFailed, NotImplementedError):
         raise
-    except Exception as error:  # noqa: BLE001 - sorted below: the answer's data, or the course's code
+    except Exception as error:
         malformed = kind_of(result) != kind_of(expected) if expected is not None else isinstance(error, _MALFORMED)
         if malformed:
             case.fail(f"returned something that cannot be checked ({type(error).__name__}: {excerpt(error)})")
@@ -290,33 +307,34 @@ def where_raised(error: BaseException) -> str:
 def kind_of(value: Any) -> Any:
     """The structure of a result, without its values: ``"tensor"``, ``"number"``, a tuple of the kinds of
     a tuple's or list's items, a dict's keys with their kinds, else the type's name."""
+    return nested.fold(value, _kind_of_leaf, _kinds_of_items)
+
+
+def _kind_of_leaf(value: Any) -> str:
     if isinstance(value, torch.Tensor):
         return "tensor"
     if isinstance(value, (bool, int, float)):
         return "number"
-    if isinstance(value, (tuple, list)):
-        return tuple(kind_of(item) for item in value)
-    if isinstance(value, dict):
-        return tuple(sorted((str(key), kind_of(item)) for key, item in value.items()))
     return type(value).__name__
+
+
+def _kinds_of_items(container: Any, kinds: Any) -> tuple:
+    """A container's kind from its items' (:func:`nested.fold`): a tuple of them, a dict's sorted by key."""
+    if isinstance(container, dict):
+        return tuple(sorted((str(key), kind) for key, kind in kinds.items()))
+    return tuple(kinds)
 
 
 def _copy(value: Any) -> Any:
     """A copy of the tensors in ``value`` (tuples, lists, dicts of them), everything else as is."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, (tuple, list)):
-        return type(value)(_copy(v) for v in value)
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    return value
+    return nested.map_leaves(value, lambda leaf: leaf.detach().clone() if isinstance(leaf, torch.Tensor) else leaf)
 
 
 def _expect_inputs_unchanged(case: Case, part: Part, kept: tuple, after: tuple) -> None:
     """The tensors the answer was given, as it sent them back, equal those that were sent."""
     (args, kwargs), (args_after, kwargs_after) = kept, after
     named = [(part.arguments[i] if i < len(part.arguments) else f"argument {i + 1}", value, after_value)
-             for i, (value, after_value) in enumerate(zip(args, args_after))]
+             for i, (value, after_value) in enumerate(zip(args, args_after, strict=False))]  # the kernel's word: any length
     named += [(name, value, kwargs_after.get(name)) for name, value in kwargs.items()]
     for name, before, now in named:
         if isinstance(before, torch.Tensor) and isinstance(now, torch.Tensor):
@@ -354,15 +372,19 @@ def wrong_device_message(detail: Any) -> str:
 
 
 def _judge_probe(question: _Question, reply: Reply) -> None:
+    """A probe's reply: no library attention where forbidden, then the probe's own check."""
+    if question.request.library:
+        _expect_an_own_answer(question.case, reply)
+        _expect_no_library_attention(question.case, reply)
     result = answer_of(question.case, reply)
-    _judged(question.case, result, None, question.context["probe"].check, question.case, *question.kept, result)
+    _judged(question.case, result, None, question.probe.check, question.case, *question.kept, result)
 
 
 def _argument_questions(check: ArgumentCheck) -> list[_Question]:
     """Each bad call, which must raise ``ValueError`` with a message that names its argument."""
     built = "" if check.construct is None else f"{check.part}{check.construct}, then "
     return [_Question(Case(check.part, f"{built}bad arguments{_shown(kwargs)}"), Request(ARGUMENTS, args, kwargs),
-                      _judge_argument, counts=1, context={"argument": argument})
+                      _judge_argument, counts=1, argument=argument)
             for argument, args, kwargs in check.calls()]
 
 
@@ -373,7 +395,7 @@ def _shown(kwargs: dict) -> str:
 
 
 def _judge_argument(question: _Question, reply: Reply) -> None:
-    case, argument = question.case, question.context["argument"]
+    case, argument = question.case, question.argument
     _expect_an_own_answer(case, reply)
     kind, _, message = reply.error.partition(": ")
     if kind == "ValueError":

@@ -104,7 +104,7 @@ def _scores_keys_by_queries(queries, keys, W):
     return keys @ W.T @ queries.transpose(-2, -1)  # kᵀWᵀq laid out (..., k, q)
 
 
-def _W_forgotten_when_square(queries, keys, W):
+def _w_forgotten_when_square(queries, keys, W):
     if W.shape != (queries.size(-1), keys.size(-1)):
         raise ValueError("W has the wrong shape")
     if W.shape[0] == W.shape[1]:
@@ -151,19 +151,32 @@ def _scaled_by_d_variance(d, num_samples=10000, generator=None):
     return var_dot, var_dot / d**2
 
 
-WRONG = [  # (name, check, answer, only the hidden cases catch it)
-    ("scaling by d instead of √d", ch02.check_scaled_dot_product_scores, _scaled_by_d, False),
-    ("no scaling", ch02.check_scaled_dot_product_scores, _unscaled, False),
-    ("scores that only work for 3-D inputs", ch02.check_scaled_dot_product_scores, _only_3d, False),
-    ("scores transposed (keys by queries)", ch02.check_scaled_dot_product_scores, _keys_by_queries, False),
-    ("no ValueError for mismatched widths", ch02.check_scaled_dot_product_scores_arguments, _no_width_check, False),
-    ("bilinear scores laid out (keys, queries)", ch02.check_bilinear_scores, _scores_keys_by_queries, False),
-    ("bilinear without W when the widths match", ch02.check_bilinear_scores, _W_forgotten_when_square, False),
-    ("additive scores broadcasting the inputs first", ch02.check_additive_scores, _broadcast_inputs_first, False),
-    ("additive scores without tanh", ch02.check_additive_scores, _tanh_forgotten, False),
-    ("softmax over the wrong axis", ch02.check_attention, _softmax_over_queries, False),
-    ("score_fn ignored", ch02.check_attention, _ignores_score_fn, False),
-    ("delegates to F.scaled_dot_product_attention", ch02.check_attention, _delegates_to_pytorch, False),
-    ("random numbers not drawn from the generator", ch02.check_dot_product_variance, _ignores_generator, False),
-    ("scaled variance divided by d²", ch02.check_dot_product_variance, _scaled_by_d_variance, False),
+#: (name, check, answer, only the hidden cases catch it, a phrase of the message that says why)
+WRONG_AND_WHY = [
+    ("scaling by d instead of √d", ch02.check_scaled_dot_product_scores, _scaled_by_d, False,
+     "the output: wrong values"),
+    ("no scaling", ch02.check_scaled_dot_product_scores, _unscaled, False, "the output: wrong values"),
+    ("scores that only work for 3-D inputs", ch02.check_scaled_dot_product_scores, _only_3d, False,
+     "raised IndexError"),
+    ("scores transposed (keys by queries)", ch02.check_scaled_dot_product_scores, _keys_by_queries, False,
+     "the output: shape"),
+    ("no ValueError for mismatched widths", ch02.check_scaled_dot_product_scores_arguments, _no_width_check, False,
+     "should raise ValueError naming `keys`"),
+    ("bilinear scores laid out (keys, queries)", ch02.check_bilinear_scores, _scores_keys_by_queries, False,
+     "the output: shape"),
+    ("bilinear without W when the widths match", ch02.check_bilinear_scores, _w_forgotten_when_square, False,
+     "the output: wrong values"),
+    ("additive scores broadcasting the inputs first", ch02.check_additive_scores, _broadcast_inputs_first, False,
+     "project queries and keys to h features first"),
+    ("additive scores without tanh", ch02.check_additive_scores, _tanh_forgotten, False, "the output: wrong values"),
+    ("softmax over the wrong axis", ch02.check_attention, _softmax_over_queries, False, "output: wrong values"),
+    ("score_fn ignored", ch02.check_attention, _ignores_score_fn, False, "output: wrong values"),
+    ("delegates to F.scaled_dot_product_attention", ch02.check_attention, _delegates_to_pytorch, False,
+     "calls torch.nn.functional.scaled_dot_product_attention"),
+    ("random numbers not drawn from the generator", ch02.check_dot_product_variance, _ignores_generator, False,
+     "the same generator seed gives different results"),
+    ("scaled variance divided by d²", ch02.check_dot_product_variance, _scaled_by_d_variance, False,
+     "expected about 1"),
 ]
+#: the same without the phrase (as tests/students/test_one_bug.py reads them)
+WRONG = [entry[:4] for entry in WRONG_AND_WHY]

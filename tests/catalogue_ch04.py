@@ -166,7 +166,9 @@ class _DelegatesToPyTorch(MHA):
     def forward(self, queries, keys, values, mask=None):
         q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
         _, self.attention_weights = attend(q, k, v, mask)
-        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).nan_to_num(0)
+        # dropout passed on, so that the delegation is the only mistake
+        dropout = self.drop.p if self.training else 0.0
+        heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout).nan_to_num(0)
         return self.W_o(merge(heads))
 
 
@@ -190,23 +192,43 @@ def _count_without_bias(num_hiddens, num_heads, head_dim=None, bias=False):
     return count(num_hiddens, num_heads, head_dim, False)
 
 
-WRONG = [  # (name, check, answer, only the hidden cases catch it)
-    ("scaled by the input width, not the key width", ch04.check_self_attention, _scaled_by_input_width, False),
-    ("positions added: not permutation-equivariant", ch04.check_self_attention, _positions_added, False),
-    ("self-attention softmax over queries", ch04.check_self_attention, _softmax_over_queries, False),
-    ("graph mask transposed", ch04.check_graph_attention_mask, _transposed_graph, False),
-    ("graph mask without self-loops", ch04.check_graph_attention_mask, _graph_without_self_loops, False),
-    ("heads interleaved instead of contiguous", ch04.check_split_heads, _interleaved_heads, False),
-    ("split by reshape without transpose", ch04.check_split_heads, _reshape_without_transpose, False),
-    ("merge by reshape without transpose", ch04.check_merge_heads, _merge_without_transpose, False),
-    ("output projection forgotten", ch04.check_multi_head_attention, _NoOutputProjection, False),
-    ("mask not broadcast over heads", ch04.check_multi_head_attention, _MaskNotBroadcastOverHeads, False),
-    ("dropout left on in evaluation", ch04.check_multi_head_attention, _DropoutAlwaysOn, False),
-    ("scaled by the full width, not the head width", ch04.check_multi_head_attention, _ScaledByFullWidth, False),
-    ("one projection shared by queries, keys and values", ch04.check_multi_head_attention, _OneLinearForAll, False),
-    ("delegates to F.scaled_dot_product_attention", ch04.check_multi_head_attention, _DelegatesToPyTorch, False),
-    ("dropout on the output instead of the weights", ch04.check_multi_head_attention, _DropoutOnOutput, False),
-    ("parameter count forgets W_o", ch04.check_mha_parameter_count, _count_without_output, False),
-    ("parameter count ignores the wide heads", ch04.check_mha_parameter_count, _count_wide_as_narrow, False),
-    ("parameter count forgets the biases", ch04.check_mha_parameter_count, _count_without_bias, False),
+#: (name, check, answer, only the hidden cases catch it, a phrase of the message that says why)
+WRONG_AND_WHY = [
+    ("scaled by the input width, not the key width", ch04.check_self_attention, _scaled_by_input_width, False,
+     "output: wrong values"),
+    ("positions added: not permutation-equivariant", ch04.check_self_attention, _positions_added, False,
+     "self-attention is permutation-equivariant"),
+    ("self-attention softmax over queries", ch04.check_self_attention, _softmax_over_queries, False,
+     "output: wrong values"),
+    ("graph mask transposed", ch04.check_graph_attention_mask, _transposed_graph, False, "the mask has wrong entries"),
+    ("graph mask without self-loops", ch04.check_graph_attention_mask, _graph_without_self_loops, False,
+     "the mask has wrong entries"),
+    ("heads interleaved instead of contiguous", ch04.check_split_heads, _interleaved_heads, False,
+     "the output: wrong values"),
+    ("split by reshape without transpose", ch04.check_split_heads, _reshape_without_transpose, False,
+     "the output: wrong values"),
+    ("merge by reshape without transpose", ch04.check_merge_heads, _merge_without_transpose, False,
+     "the output: wrong values"),
+    ("output projection forgotten", ch04.check_multi_head_attention, _NoOutputProjection, False,
+     "output: wrong values"),
+    ("mask not broadcast over heads", ch04.check_multi_head_attention, _MaskNotBroadcastOverHeads, False,
+     "output: wrong values"),
+    ("dropout left on in evaluation", ch04.check_multi_head_attention, _DropoutAlwaysOn, False,
+     "the output in evaluation mode (dropout must be off)"),
+    ("scaled by the full width, not the head width", ch04.check_multi_head_attention, _ScaledByFullWidth, False,
+     "output: wrong values"),
+    ("one projection shared by queries, keys and values", ch04.check_multi_head_attention, _OneLinearForAll, False,
+     "`W_k` should be nn.Linear(num_hiddens, num_hiddens)"),
+    ("delegates to F.scaled_dot_product_attention", ch04.check_multi_head_attention, _DelegatesToPyTorch, False,
+     "calls torch.nn.functional.scaled_dot_product_attention"),
+    ("dropout on the output instead of the weights", ch04.check_multi_head_attention, _DropoutOnOutput, False,
+     "dropout acts on the output, not on the attention weights"),
+    ("parameter count forgets W_o", ch04.check_mha_parameter_count, _count_without_output, False,
+     "parameters, expected"),
+    ("parameter count ignores the wide heads", ch04.check_mha_parameter_count, _count_wide_as_narrow, False,
+     "parameters, expected"),
+    ("parameter count forgets the biases", ch04.check_mha_parameter_count, _count_without_bias, False,
+     "parameters, expected"),
 ]
+#: the same without the phrase (as tests/students/test_one_bug.py reads them)
+WRONG = [entry[:4] for entry in WRONG_AND_WHY]

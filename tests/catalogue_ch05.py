@@ -184,21 +184,33 @@ class _LearnedWithoutLimit(Learned):
         return X + self.table(positions)
 
 
-WRONG = [  # (name, check, answer, only the hidden cases catch it)
-    ("sin and cos swapped", ch05.check_sinusoidal_encoding, _sin_cos_swapped, False),
-    ("exponent i/d instead of 2i/d", ch05.check_sinusoidal_encoding, _exponent_i_over_d, False),
-    ("positions starting at 1", ch05.check_sinusoidal_encoding, _positions_from_one, False),
+#: (name, check, answer, only the hidden cases catch it, a phrase of the message that says why)
+WRONG_AND_WHY = [
+    ("sin and cos swapped", ch05.check_sinusoidal_encoding, _sin_cos_swapped, False, "the output: wrong values"),
+    ("exponent i/d instead of 2i/d", ch05.check_sinusoidal_encoding, _exponent_i_over_d, False,
+     "the output: wrong values"),
+    ("positions starting at 1", ch05.check_sinusoidal_encoding, _positions_from_one, False, "the output: wrong values"),
     ("module accepts sequences longer than max_len", ch05.check_positional_encoding_arguments,
-     _LongSequencesAccepted, False),
-    ("dropout left on in evaluation", ch05.check_positional_encoding, _DropoutAlwaysOn, False),
-    ("delegates to d2l.PositionalEncoding", ch05.check_positional_encoding, _DelegatesToD2L, False),
-    ("offset matrix right for one position only", ch05.check_relative_offset_matrix, _offset_for_position_zero, False),
-    ("offset matrix turning the wrong way", ch05.check_relative_offset_matrix, _offset_rotating_the_wrong_way, False),
-    ("rotary rotates halves, not neighbours", ch05.check_apply_rotary, _rotary_halves, False),
-    ("rotary with one frequency for every pair", ch05.check_apply_rotary, _rotary_one_frequency, False),
-    ("rotary applied to the values", ch05.check_rotary_attention, _rotary_on_values, False),
-    ("rotary on the queries only", ch05.check_rotary_attention, _rotary_on_queries_only, False),
-    ("learned table frozen", ch05.check_learned_positional_embedding, _EmbeddingFrozen, False),
+     _LongSequencesAccepted, False, "should raise ValueError naming `max_len`"),
+    ("dropout left on in evaluation", ch05.check_positional_encoding, _DropoutAlwaysOn, False,
+     "the output in evaluation mode (dropout must be off)"),
+    ("delegates to d2l.PositionalEncoding", ch05.check_positional_encoding, _DelegatesToD2L, False,
+     "calls d2l.PositionalEncoding"),
+    ("offset matrix right for one position only", ch05.check_relative_offset_matrix, _offset_for_position_zero, False,
+     "the output: wrong values"),
+    ("offset matrix turning the wrong way", ch05.check_relative_offset_matrix, _offset_rotating_the_wrong_way, False,
+     "the output: wrong values"),
+    ("rotary rotates halves, not neighbours", ch05.check_apply_rotary, _rotary_halves, False,
+     "the output: wrong values"),
+    ("rotary with one frequency for every pair", ch05.check_apply_rotary, _rotary_one_frequency, False,
+     "the output: wrong values"),
+    ("rotary applied to the values", ch05.check_rotary_attention, _rotary_on_values, False,
+     "values, which must not be rotated"),
+    ("rotary on the queries only", ch05.check_rotary_attention, _rotary_on_queries_only, False, "output: wrong values"),
+    ("learned table frozen", ch05.check_learned_positional_embedding, _EmbeddingFrozen, False,
+     "the embedding's table should be a trainable parameter"),
     ("learned module accepts sequences longer than max_len", ch05.check_learned_positional_embedding_arguments,
-     _LearnedWithoutLimit, False),
+     _LearnedWithoutLimit, False, "should raise ValueError naming `max_len`"),
 ]
+#: the same without the phrase (as tests/students/test_one_bug.py reads them)
+WRONG = [entry[:4] for entry in WRONG_AND_WHY]

@@ -165,17 +165,29 @@ def _untrained(seed=0):
     return model.eval(), 0.99  # claims an accuracy it does not have
 
 
-WRONG = [  # (name, check, answer, only the hidden cases catch it)
-    ("residual added after the norm", ch06.check_transformer_encoder_block, _ResidualAfterNorm, False),
-    ("pre-norm instead of the contract's post-norm", ch06.check_transformer_encoder_block, _PreNorm, False),
-    ("valid_lens ignored", ch06.check_transformer_encoder_block, _PaddingIgnored, False),
-    ("feed-forward residual forgotten", ch06.check_transformer_encoder_block, _NoFeedForwardResidual, False),
-    ("attention output computed but not used", ch06.check_transformer_encoder_block, _AttentionOutputUnused, False),
-    ("running sum not rescaled", ch06.check_chunked_attention, _forgets_to_rescale, False),
-    ("maximum not subtracted: overflow", ch06.check_chunked_attention, _max_not_subtracted, False),
-    ("last partial chunk dropped", ch06.check_chunked_attention, _last_chunk_dropped, False),
-    ("NaN on a fully masked row", ch06.check_chunked_attention, _nan_on_empty_rows, False),
-    ("the whole score matrix at once", ch06.check_chunked_attention, _whole_score_matrix, False),
-    ("delegates to F.scaled_dot_product_attention", ch06.check_chunked_attention, _delegates_to_pytorch, False),
-    ("an untrained model", ch06.check_train_sorting_transformer, _untrained, False),
+#: (name, check, answer, only the hidden cases catch it, a phrase of the message that says why)
+WRONG_AND_WHY = [
+    ("residual added after the norm", ch06.check_transformer_encoder_block, _ResidualAfterNorm, False,
+     "the output: wrong values"),
+    ("pre-norm instead of the contract's post-norm", ch06.check_transformer_encoder_block, _PreNorm, False,
+     "the output: wrong values"),
+    ("valid_lens ignored", ch06.check_transformer_encoder_block, _PaddingIgnored, False, "the output: wrong values"),
+    ("feed-forward residual forgotten", ch06.check_transformer_encoder_block, _NoFeedForwardResidual, False,
+     "the output: wrong values"),
+    ("attention output computed but not used", ch06.check_transformer_encoder_block, _AttentionOutputUnused, False,
+     "the output: wrong values"),
+    ("running sum not rescaled", ch06.check_chunked_attention, _forgets_to_rescale, False, "the output: wrong values"),
+    ("maximum not subtracted: overflow", ch06.check_chunked_attention, _max_not_subtracted, False,
+     "the output: NaN where none is expected"),
+    ("last partial chunk dropped", ch06.check_chunked_attention, _last_chunk_dropped, False,
+     "the output: wrong values"),
+    ("NaN on a fully masked row", ch06.check_chunked_attention, _nan_on_empty_rows, False,
+     "the output: NaN where none is expected"),
+    ("the whole score matrix at once", ch06.check_chunked_attention, _whole_score_matrix, False,
+     "process the keys one chunk at a time"),
+    ("delegates to F.scaled_dot_product_attention", ch06.check_chunked_attention, _delegates_to_pytorch, False,
+     "calls torch.nn.functional.scaled_dot_product_attention"),
+    ("an untrained model", ch06.check_train_sorting_transformer, _untrained, False, "no backward pass"),
 ]
+#: the same without the phrase (as tests/students/test_one_bug.py reads them)
+WRONG = [entry[:4] for entry in WRONG_AND_WHY]

@@ -49,7 +49,7 @@ def greedy(model, prompt, max_new_tokens, use_cache=True, eos_id=None, sticky_eo
     out = prompt.clone()
     done = torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device)
     cache = None
-    for i in range(max_new_tokens):
+    for _ in range(max_new_tokens):
         if use_cache and cache is not None:
             logits, cache = model(out[:, -1:], cache)
         elif use_cache and cache_prompt_once:
@@ -284,27 +284,43 @@ def _untrained(seed=0):
     return ch07.TinyDecoder(num_hiddens=8, num_heads=2, num_layers=1, max_len=ch07.SEQUENCE_LENGTH).eval(), 0.99
 
 
-WRONG = [  # (name, check, answer, only the hidden cases catch it)
-    ("loss shifted the wrong way", ch07.check_causal_lm_loss, _shift_the_wrong_way, False),
-    ("loss not shifted", ch07.check_causal_lm_loss, _no_shift, False),
-    ("padding counted in the mean", ch07.check_causal_lm_loss, _padding_counted, False),
-    ("cache that forgets the newest key", ch07.check_cached_attention_step, _forgets_newest_key, False),
-    ("cache not grown", ch07.check_cached_attention_step, _cache_not_grown, False),
-    ("window one position too wide", ch07.check_sliding_window_step, _window_one_too_wide, False),
-    ("window one position too narrow", ch07.check_sliding_window_step, _window_one_too_narrow, False),
-    ("end token not repeated", ch07.check_greedy_decode, _greedy_eos_not_sticky, False),
-    ("cache never used", ch07.check_greedy_decode, _cache_ignored, False),
-    ("prompt not fed whole", ch07.check_greedy_decode, _cache_from_the_first_token, False),
-    ("beam drops finished hypotheses", ch07.check_beam_search, _drops_finished, False),
-    ("greedy whatever the beam size", ch07.check_beam_search, _greedy_instead_of_beam, False),
-    ("finished hypotheses pooled outside the beam", ch07.check_beam_search, _finished_pooled_outside_the_beam, False),
-    ("length-normalised score", ch07.check_beam_search, _mean_score, False),
-    ("sampling ignores top-k", ch07.check_sample_next, _ignores_top_k, False),
-    ("temperature multiplies the logits", ch07.check_sample_next, _temperature_multiplies, False),
-    ("generator unused", ch07.check_sample_next, _global_generator, False),
-    ("groups mapped in the wrong order", ch07.check_grouped_query_attention, _GroupsInTheWrongOrder, False),
-    ("keys and values as wide as the queries", ch07.check_grouped_query_attention, _WideKeys, False),
-    ("cache bytes of the keys only", ch07.check_kv_cache_bytes, _keys_only, False),
-    ("cache bytes without the batch", ch07.check_kv_cache_bytes, _batch_forgotten, False),
-    ("an untrained model", ch07.check_train_reversal_decoder, _untrained, False),
+#: (name, check, answer, only the hidden cases catch it, a phrase of the message that says why)
+WRONG_AND_WHY = [
+    ("loss shifted the wrong way", ch07.check_causal_lm_loss, _shift_the_wrong_way, False, "the loss: wrong values"),
+    ("loss not shifted", ch07.check_causal_lm_loss, _no_shift, False, "the loss: wrong values"),
+    ("padding counted in the mean", ch07.check_causal_lm_loss, _padding_counted, False, "the loss: wrong values"),
+    ("cache that forgets the newest key", ch07.check_cached_attention_step, _forgets_newest_key, False,
+     "the outputs of every step: wrong values"),
+    ("cache not grown", ch07.check_cached_attention_step, _cache_not_grown, False,
+     "the outputs of every step: wrong values"),
+    ("window one position too wide", ch07.check_sliding_window_step, _window_one_too_wide, False,
+     "the outputs of every step: wrong values"),
+    ("window one position too narrow", ch07.check_sliding_window_step, _window_one_too_narrow, False,
+     "the outputs of every step: wrong values"),
+    ("end token not repeated", ch07.check_greedy_decode, _greedy_eos_not_sticky, False,
+     "the tokens differ from greedy decoding's"),
+    ("cache never used", ch07.check_greedy_decode, _cache_ignored, False, "then each new token alone with the cache"),
+    ("prompt not fed whole", ch07.check_greedy_decode, _cache_from_the_first_token, False,
+     "with the prompt once (no cache)"),
+    ("beam drops finished hypotheses", ch07.check_beam_search, _drops_finished, False,
+     "not the best hypothesis the beam keeps"),
+    ("greedy whatever the beam size", ch07.check_beam_search, _greedy_instead_of_beam, False,
+     "not the best hypothesis the beam keeps"),
+    ("finished hypotheses pooled outside the beam", ch07.check_beam_search, _finished_pooled_outside_the_beam, False,
+     "not the best hypothesis the beam keeps"),
+    ("length-normalised score", ch07.check_beam_search, _mean_score, False,
+     "the score should be the hypothesis' summed log-probability"),
+    ("sampling ignores top-k", ch07.check_sample_next, _ignores_top_k, False, "draws a token outside the top_k"),
+    ("temperature multiplies the logits", ch07.check_sample_next, _temperature_multiplies, False,
+     "softmax(logits / temperature)"),
+    ("generator unused", ch07.check_sample_next, _global_generator, False,
+     "the same generator seed gives different tokens"),
+    ("groups mapped in the wrong order", ch07.check_grouped_query_attention, _GroupsInTheWrongOrder, False,
+     "the output: wrong values"),
+    ("keys and values as wide as the queries", ch07.check_grouped_query_attention, _WideKeys, False, "output features"),
+    ("cache bytes of the keys only", ch07.check_kv_cache_bytes, _keys_only, False, "bytes, expected"),
+    ("cache bytes without the batch", ch07.check_kv_cache_bytes, _batch_forgotten, False, "bytes, expected"),
+    ("an untrained model", ch07.check_train_reversal_decoder, _untrained, False, "no backward pass"),
 ]
+#: the same without the phrase (as tests/students/test_one_bug.py reads them)
+WRONG = [entry[:4] for entry in WRONG_AND_WHY]

@@ -7,6 +7,7 @@ same grades; a worker killed while it holds submissions costs only their retry.
 from __future__ import annotations
 
 import csv
+import re
 import shutil
 import subprocess
 import sys
@@ -95,12 +96,13 @@ def test_a_worker_killed_mid_run_costs_only_a_retry(course, cluster, tmp_path):
     assert "graded by w2" in output  # w2 graded what w1 held when it died
 
 
-def test_a_lost_scheduler_is_a_clear_error(course, tmp_path):
-    copy = copy_of(course, tmp_path)
-    started = time.monotonic()
+def test_a_lost_scheduler_is_a_clear_error(tmp_path):
+    copy = make_course(tmp_path / "course")  # one submission to grade is enough: none is
+    submit(copy, "s0", A, load(notebook(copy / "solutions", A)))
     result = run(copy, "--scheduler", "tcp://127.0.0.1:9", "--scheduler-timeout", "3", "--force")
-    # the default wait is 60 s; starting the command (Python, PyTorch) takes seconds more on a loaded machine
-    assert time.monotonic() - started < 45, "--scheduler-timeout was not applied"
     assert result.returncode == 2, result.stdout + result.stderr
     assert "tcp://127.0.0.1:9" in result.stderr and "Traceback" not in result.stderr
+    # the wait the error names (Dask's "... after 3 s"), not the default 60 s: --scheduler-timeout was applied,
+    # whatever a loaded machine adds to the wall time
+    assert re.search(r"after 3(\.0)? ?s\b", result.stderr), result.stderr
     assert not (copy / "grades" / ".state").exists()  # nothing recorded

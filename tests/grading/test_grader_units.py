@@ -4,7 +4,7 @@ In the style of nbgrader's own ``nbgrader/tests/preprocessors/`` tests: small no
 built by hand with ``nbformat.v4`` and nbgrader metadata, fed to the functions that
 assemble the notebook to grade (``notebooks.py``), judge its test cells (``verdict.py``),
 keep only safe outputs, and carry data between a kernel and the judge (``wire.py``,
-``respond.py``, ``kernel_respondent.py``). The toy notebook has two real parts of chapter 3,
+``kernel/serve.py``, ``kernel_respondent.py``). The toy notebook has two real parts of chapter 3,
 ``causal_mask`` (2 points here) and ``padding_mask`` (1 point); its cells run in this
 process (``in_process.py``), so every test takes milliseconds.
 """
@@ -12,10 +12,11 @@ process (``in_process.py``), so every test takes milliseconds.
 from __future__ import annotations
 
 import base64
+import functools
 import json
-from collections import Counter
-from types import SimpleNamespace
 import math
+from collections import Counter, OrderedDict
+from types import SimpleNamespace
 
 import nbformat
 import pytest
@@ -23,22 +24,20 @@ import torch
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from autograder import ch03_masking, wire
-from autograder.grading.execute import CellResult, KernelLost
+from autograder.grading.execute import CellResult, CellStatus, KernelLost
 from autograder.grading.in_process import InProcessSession
 from autograder.grading.kernel_respondent import KernelRespondent, TimedOut
 from autograder.grading.notebooks import (
-    BLANK_ANSWER,
     CheckCall,
     UnreadableNotebook,
     assemble,
-    blank_version,
     check_calls,
     clean_outputs,
     parts_of,
     read_submission,
-    release_source,
+    release,
 )
-from autograder.grading.verdict import PartResult, autograded, judge_test_cells
+from autograder.grading.verdict import PartResult, PartStatus, autograded, judge_test_cells
 from autograder.protocol import PROMPT, Reply
 
 # --------------------------------------------------------------------------------------
@@ -114,13 +113,11 @@ def source_notebook(setup: str = SETUP_CODE) -> nbformat.NotebookNode:
 def released(source: nbformat.NotebookNode, **answers: str) -> nbformat.NotebookNode:
     """The student's copy of ``source`` (answers blank, hidden tests out), with ``answers``
     (by grade id) written in."""
-    student = nbformat.from_dict(json.loads(json.dumps(source)))
+    student = release(source)
     for cell in student.cells:
         grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
         if cell.metadata.get("nbgrader", {}).get("solution"):
-            cell.source = answers.get(grade_id, blank_version(cell.source))
-        elif cell.metadata.get("nbgrader", {}).get("grade"):
-            cell.source = release_source(cell.source)
+            cell.source = answers.get(grade_id, cell.source)
     return student
 
 
@@ -340,6 +337,20 @@ def test_every_part_passes_with_its_points():
                        "test_padding_mask": PartResult("test_padding_mask", 1.0, 1.0, "passed", "")}
     assert texts["test_causal_mask"].startswith("✔ causal_mask: passed ") and "visible cases and" in texts[
         "test_causal_mask"] and "hidden cases on cpu" in texts["test_causal_mask"]
+
+
+def test_a_status_is_stored_and_shown_as_its_text():
+    """The CSV, the state files and the autograded notebook keep the words they always had."""
+    result = PartResult("test_causal_mask", 0.0, 2.0, "needs a look", "why")
+    assert result.status is PartStatus.NEEDS_A_LOOK and PartStatus("needs a look") == "needs a look"
+    row = result.as_dict()
+    assert type(row["status"]) is str and json.dumps(row["status"]) == '"needs a look"'
+    assert f"{result.status}: why" == "needs a look: why" and str(CellStatus.NOT_RUN) == "not run"
+    assert PartResult(**json.loads(json.dumps(row))) == result, "a state file reads back as it was written"
+    assert [status.value for status in PartStatus] == ["passed", "failed", "error", "timeout", "missing",
+                                                       "needs a look"]
+    with pytest.raises(ValueError):
+        CellResult("crashed")
 
 
 def test_a_wrong_answer_fails_with_the_judges_message_and_costs_only_its_part():
@@ -652,8 +663,8 @@ def test_an_oracle_answers_only_what_this_part_may_call_on_inputs_of_its_size():
 
 def test_a_loss_computed_by_the_grader_carries_its_gradient_back_into_the_kernel(monkeypatch):
     """A training loop that calls an earlier part (assignment 7's loss) is answered outside, gradient included."""
-    from autograder.kernel import serve as respond
     from autograder.ch07_decoding import TRAINING
+    from autograder.kernel import serve as respond
     from autograder.reference import ch07_decoding as ref07
 
     respondent = _respondent(TRAINING)
@@ -674,58 +685,6 @@ def test_a_loss_computed_by_the_grader_carries_its_gradient_back_into_the_kernel
     malformed = respondent._answer(_prompt("oracle", {"name": "ch07_decoding:causal_lm_loss", "args": (logits.detach(), tokens),
                                                       "kwargs": {}, "gradient": {"wrt": [1], "output": torch.ones(())}}))
     assert malformed.startswith("error ValueError") and "floating-point" in malformed
-# --------------------------------------------------------------------------------------
-# release_source and blank_version
-# --------------------------------------------------------------------------------------
-
-
-def test_release_source_takes_the_hidden_tests_out():
-    cell = ("x = 1\nassert x == 1\n"
-            "### BEGIN HIDDEN TESTS\nassert x != 2\nassert x > 0\n### END HIDDEN TESTS\n"
-            "print('done')\n")
-    assert release_source(cell) == "x = 1\nassert x == 1\nprint('done')"
-    assert release_source(TEST_DOUBLE) == "checks.check_causal_mask(causal_mask)"
-    assert all(marker not in release_source(TEST_DOUBLE) for marker in HIDDEN)
-
-
-def test_release_source_keeps_a_cell_without_hidden_tests():
-    visible = "assert double(2) == 4\nassert double(0) == 0"
-    assert release_source(visible) == visible
-    assert release_source(visible + "\n\n") == visible, "trailing blank lines go"
-
-
-def test_release_source_handles_indented_hidden_blocks():
-    cell = ("for x in range(3):\n    assert x >= 0\n"
-            "    ### BEGIN HIDDEN TESTS\n    assert x < 3\n    ### END HIDDEN TESTS")
-    assert release_source(cell) == "for x in range(3):\n    assert x >= 0"
-
-
-def test_blank_version_keeps_the_indentation_of_the_stub():
-    assert blank_version(DOUBLE) == DOUBLE_BLANK
-    compile(blank_version(DOUBLE), "<answer>", "exec")  # still valid Python
-
-
-def test_blank_version_at_top_level_and_with_two_solutions():
-    assert blank_version("### BEGIN SOLUTION\nx = 1\n### END SOLUTION") == BLANK_ANSWER
-    cell = ("class Model:\n"
-            "    def __init__(self):\n"
-            "        ### BEGIN SOLUTION\n        self.w = 1\n        ### END SOLUTION\n"
-            "\n"
-            "    def forward(self, x):\n"
-            "        ### BEGIN SOLUTION\n        return self.w * x\n        ### END SOLUTION\n")
-    blank = blank_version(cell)
-    assert blank == ("class Model:\n"
-                     "    def __init__(self):\n"
-                     "        # YOUR CODE HERE\n        raise NotImplementedError()\n"
-                     "\n"
-                     "    def forward(self, x):\n"
-                     "        # YOUR CODE HERE\n        raise NotImplementedError()\n")
-    compile(blank, "<answer>", "exec")
-
-
-def test_blank_version_of_a_cell_without_a_solution_is_the_cell():
-    assert blank_version("def f(x):\n    return x") == "def f(x):\n    return x"
-
 
 # --------------------------------------------------------------------------------------
 # read_submission
@@ -843,6 +802,71 @@ def test_a_training_outside_the_call_or_over_its_cpu_time_fails_saying_which_clo
         expect_trained_in_time(case, torch.zeros(2), 0.99, 300, limit=90)
     case.seconds = 10.0
     expect_trained_in_time(case, torch.zeros(2), 0.99, 300, limit=90)
+
+
+# --------------------------------------------------------------------------------------
+# The checks' machinery: nested values, what an answer calls, patched callables
+# --------------------------------------------------------------------------------------
+
+
+def test_a_nested_value_is_mapped_leaf_by_leaf_into_containers_of_its_own_types():
+    from autograder import nested
+
+    scale = functools.partial(divmod, 7, b=[2])
+    value = ({"a": [1, (2,)], 3: OrderedDict(x=4)}, scale, "5")
+    doubled = nested.map_leaves(value, lambda leaf: leaf * 2, into=(*nested.CONTAINERS, functools.partial))
+    assert doubled[:1] == ({"a": [2, (4,)], 3: {"x": 8}},) and doubled[2] == "55"
+    assert type(doubled[0][3]) is dict and type(doubled[0]["a"]) is list  # a dict comes back plain, a list a list
+    assert doubled[1].func is divmod and doubled[1].args == (14,) and doubled[1].keywords == {"b": [4]}
+    assert nested.map_leaves(value, id)[1] == id(scale)  # a partial outside `into` is a leaf
+    assert nested.map_leaves({"k": ["v"]}, str.upper, keys=True) == {"K": ["V"]}
+
+
+def test_the_leaves_of_a_nested_value_come_in_order_and_a_fold_sees_its_containers():
+    from autograder import nested
+
+    value = [1, {"key": (2, 3)}, functools.partial(print, 4, end=5)]
+    assert nested.leaves(value) == [1, 2, 3, value[2]]
+    assert nested.leaves(value, into=(list, dict, tuple, functools.partial)) == [1, 2, 3, 4, 5]
+    depth = nested.fold(value, lambda leaf: 0, lambda container, items: 1 + max(
+        items.values() if isinstance(container, dict) else items, default=0))
+    assert depth == 3
+
+
+def test_a_case_moves_to_a_device_with_its_partials_and_its_tensors_are_found_in_tuples_and_lists():
+    from autograder.core import tensors_in, to_device
+
+    weight, x = torch.ones(2, 2), torch.zeros(3)
+    moved = to_device(([x], {"score": functools.partial(torch.matmul, other=weight), "device": torch.device("cpu")}),
+                      "meta")
+    assert moved[0][0].device.type == "meta" and moved[1]["device"] == torch.device("meta")
+    assert moved[1]["score"].keywords["other"].device.type == "meta" and weight.device.type == "cpu"
+    assert [id(t) for t in tensors_in((x, [weight], {"not": x}))] == [id(x), id(weight)]  # not a dict's tensors
+
+
+def test_the_names_an_answer_calls_are_those_of_its_code_nested_functions_and_methods_included():
+    from autograder.kernel.respond import names_called
+
+    def answer(x):
+        return [json.dumps(item) for item in x]  # a comprehension: code nested in the answer's
+
+    class Module:
+        def forward(self, x):
+            return math.sqrt(x)
+
+    assert {"json", "dumps"} <= names_called(answer) and {"math", "sqrt"} <= names_called(Module)
+    assert "math" not in names_called(answer)
+    assert names_called(lambda: None) == set() and names_called(3) == set()
+
+
+def test_patched_callables_are_restored_in_reverse_order_even_after_an_error():
+    from autograder.kernel.measure import patched
+
+    owner, namespace = SimpleNamespace(f=len), {"g": len}
+    with pytest.raises(KeyError), patched([(owner, "f", abs), (namespace, "g", abs), (namespace, "g", min)]):
+        assert owner.f is abs and namespace["g"] is min
+        raise KeyError
+    assert owner.f is len and namespace == {"g": len}
 
 
 # --------------------------------------------------------------------------------------
@@ -992,8 +1016,8 @@ def _gone(pid: int) -> bool:
 
 
 def test_an_oversized_notebook_is_refused_unread_every_part_an_error():
-    from autograder.grading.worker import Oversized, grade_task
     from autograder.grading.sandbox import Limits
+    from autograder.grading.worker import Oversized, grade_task
 
     outcome = grade_task(nbformat.writes(source_notebook()), "toy.ipynb", Oversized(30 * 2**20, 20 * 2**20),
                          Limits(sandbox=False), "key")
@@ -1018,9 +1042,9 @@ def test_a_bubblewrapped_kernel_binds_no_folder_of_the_host_but_its_sockets():
 def test_what_a_submission_did_to_the_grader_is_noted_for_the_runs_summary(tmp_path):
     from pathlib import Path
 
-    from autograder.instructor.grade import GradeReport, summary
     from autograder.grading.execute import KernelSession
     from autograder.grading.sandbox import Limits
+    from autograder.instructor.grade import GradeReport, summary
 
     session = KernelSession(assemble(source_notebook(), answered()), Limits(), str(tmp_path))
     assert session.notes() == []

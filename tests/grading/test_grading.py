@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 import submissions as S
+from autograder.grading.execute import MAX_RESTARTS
 from course import ASSIGNMENTS, load, make_course, nbgrader, notebook
 
 pytestmark = pytest.mark.slow
@@ -199,10 +200,6 @@ def _executable(page: str, marker: str) -> list[str]:
 
     Finder().feed(page)
     return found
-    autograded = json.loads(pages["autograded"])
-    kinds = {mime for cell in autograded["cells"] for output in cell.get("outputs", [])
-             for mime in output.get("data", {})}
-    assert kinds <= {"text/plain", "image/png", "image/jpeg"}, kinds
 
 
 def test_a_kernel_out_of_memory_is_told_so(graded):
@@ -275,9 +272,7 @@ def test_replays_are_held_to_the_deadlines_and_the_next_student_is_graded(tmp_pa
                                          "source": KILL})
     S.write(course, "replays", spinning)
     S.write(course, "zz_next", solution)
-    started = time.monotonic()
-    grade(course, "--workers", "1", "--timeout", "5", "--notebook-timeout", "8")
-    elapsed = time.monotonic() - started
+    result = grade(course, "--workers", "1", "--timeout", "5", "--notebook-timeout", "8", "-v")
     rows = read_rows(course)
     statuses = {part: rows[("replays", part)]["status"] for part in S.PARTS}
     assert statuses == {"test_masked_softmax": "passed", "test_causal_mask": "passed",
@@ -287,8 +282,19 @@ def test_replays_are_held_to_the_deadlines_and_the_next_student_is_graded(tmp_pa
                         "test_masked_attention_arguments": "error"}, statuses  # its answer was never defined
     for part in ("test_masked_attention", "test_masked_attention_arguments"):
         assert "time limit of 8 s was reached" in rows[("replays", part)]["message"]
+    # the deadline stopped the replays, not the allowance of restarts
+    assert not any("lost too often" in row["message"] for row in rows.values()), rows
     assert sum(float(rows[("zz_next", part)]["score"]) for part in S.PARTS) == 9
-    assert elapsed < 2 * 8 + 40, f"grading took {elapsed:.0f} s: the notebook's limit (twice 8 s) was not kept"
+    # Its time, against the solution's graded in the same run (so on a loaded machine, both slower): at most the
+    # notebook's limit twice (cells, then judging) and, generously, a whole notebook's grading per kernel started
+    # (the first and at most MAX_RESTARTS more in each phase).
+    seconds = {student: float(took) for student, took in
+               re.findall(r"(\S+): [\d.]+/[\d.]+, graded by .* in ([\d.]+) s", result.stdout)}
+    assert set(seconds) == {"replays", "zz_next"}, result.stdout
+    starts = 1 + 2 * MAX_RESTARTS
+    assert seconds["replays"] < 2 * 8 + starts * seconds["zz_next"], (
+        f"the replays took {seconds['replays']:.0f} s, the solution {seconds['zz_next']:.0f} s: "
+        "the notebook's limit (twice 8 s) was not kept")
 
 
 def test_kernels_in_sandboxes_of_their_own_are_judged_alike(tmp_path):
@@ -306,6 +312,22 @@ def test_kernels_in_sandboxes_of_their_own_are_judged_alike(tmp_path):
     assert {part: rows[("calls_references", part)]["status"] for part in S.PARTS} == S.expect(window_mask="failed")
     assert "not in a grading kernel" in rows[("calls_references", "test_window_mask")]["message"] or \
         "No such file" in rows[("calls_references", "test_window_mask")]["message"]
+
+
+def test_without_the_sandbox_the_solution_gets_full_marks_and_a_wrong_answer_loses_its_part(tmp_path):
+    """``--no-sandbox`` (a machine without bubblewrap, the instructor's choice): kernels forked from a zygote
+    without namespaces, nothing to seal, the same grades; the run's first lines say the sandbox is off."""
+    course = make_course(tmp_path)
+    solution = load(notebook(course / "solutions", A))
+    S.write(course, "correct", solution)
+    S.write(course, "wrong_window", S.answer(solution, "window_mask", S.WRONG_WINDOW))
+    result = subprocess.run(grade_command(course, "--workers", "1", "--no-sandbox"), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_rows(course)
+    assert sum(float(rows[("correct", part)]["score"]) for part in S.PARTS) == 9
+    assert {part: rows[("wrong_window", part)]["status"] for part in S.PARTS} == S.expect(window_mask="failed")
+    assert "sandbox OFF" in result.stdout + result.stderr
 
 
 def test_bad_arguments_get_clear_errors(tmp_path):

@@ -18,15 +18,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 from nbformat.v4 import new_code_cell
+from test_grader_units import ANSWER_1, RIGHT_SQUARE, WRONG_DOUBLE, answered, graded, index_of, source_notebook
 
 from autograder import ch03_masking
-from autograder.kernel.measure import tripwires
-from autograder.instructor.grade import GradeReport, summary
 from autograder.grading.notebooks import assemble
 from autograder.grading.tampering import scan, scan_source
+from autograder.instructor.grade import GradeReport, summary
 from autograder.judge import kernel_reports
+from autograder.kernel.measure import tripwires
 from autograder.parts import ArgumentCheck, Part
-from test_grader_units import ANSWER_1, RIGHT_SQUARE, WRONG_DOUBLE, answered, graded, index_of, source_notebook
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,7 @@ import copy
 import importlib
 import json
 import math
+import time
 
 import pytest
 import torch
@@ -52,7 +53,7 @@ def same_calls(first: list[parts.Call], second: list[parts.Call]) -> bool:
     """Same descriptions (they hold the sizes and other numbers) and equal tensors."""
     a, b = tensors(first), tensors(second)
     return ([c.description for c in first] == [c.description for c in second] and len(a) == len(b)
-            and all(x.shape == y.shape and torch.equal(x.nan_to_num(0), y.nan_to_num(0)) for x, y in zip(a, b)))
+            and all(x.shape == y.shape and torch.equal(x.nan_to_num(0), y.nan_to_num(0)) for x, y in zip(a, b, strict=True)))
 
 
 def hidden_calls_for(key: str, chapter: str, name: str) -> list[parts.Call]:
@@ -387,3 +388,28 @@ def test_an_instructor_can_see_the_hidden_inputs_a_student_was_graded_on(tmp_pat
     assert cli.main(["cases", "03_masking", "adaa", "--course-dir", str(course)]) == 2
     refused = capsys.readouterr()
     assert refused.out == "" and "'adaa' has no submission of 03_masking" in refused.err and "did you mean ada" in refused.err
+
+
+def test_a_check_in_the_notebook_times_the_answers_own_cpu_work_not_the_machines_load():
+    """In a notebook (and in the course's in-process tests) a training limit counts the CPU time the
+    answer used, over PyTorch's threads, as a grading kernel's cgroup counts it: time spent waiting
+    for a busy machine (a sleep here) does not count, work does."""
+    from autograder.judge import LocalRespondent
+    from autograder.protocol import CASES, Request
+
+    def waits(x):
+        time.sleep(0.4)
+        return x
+
+    def works(x):
+        deadline = time.process_time() + 0.3
+        while time.process_time() < deadline:
+            pass
+        return x
+
+    part = parts.Part("waits", "ch99_example", arguments=("x",))
+    waiting, working = LocalRespondent(part, waits), LocalRespondent(part, works)
+    for respondent in (waiting, working):
+        respondent.ask_all([Request(CASES, (torch.ones(2),))])
+    assert waiting.cpu_seconds() < 0.1
+    assert working.cpu_seconds() >= 0.3 / torch.get_num_threads()
