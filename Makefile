@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 MATHJAX := _assets/mathjax/tex-chtml.js
 
-.PHONY: install book test sandbox chromium postgres exercises benchmark clean
+.PHONY: install book test lint sandbox chromium postgres exercises benchmark clean
 
 install: $(STAMP) $(MATHJAX)
 
@@ -36,8 +36,12 @@ book: $(STAMP) $(MATHJAX)
 
 # The whole test suite (it builds the book too, in a temporary folder, and visits every
 # page in headless Chromium; screenshots land in _build/screenshots/).
-test: $(STAMP) $(MATHJAX) sandbox chromium postgres
+test: $(STAMP) $(MATHJAX) sandbox chromium postgres lint
 	$(BIN)/python -m pytest
+
+# The lint gate, before the tests: ruff with the rules chosen in pyproject.toml.
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # bubblewrap, the sandbox of the grading command (Debian's package; needs root or sudo once).
 sandbox:

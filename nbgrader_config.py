@@ -17,8 +17,9 @@ c.ExecutePreprocessor.timeout = 120
 # (autograder/instructor/templates/course_feedback/, autograder/instructor/feedback.py).
 import os.path as _path  # noqa: E402
 
-import autograder.instructor as _instructor  # noqa: E402
 import nbgrader as _nbgrader  # noqa: E402
+
+import autograder.instructor as _instructor  # noqa: E402
 
 c.GenerateFeedback.exporter_class = "autograder.instructor.feedback.FeedbackExporter"  # not the formgrader's pages
 c.FeedbackExporter.template_name = "course_feedback"

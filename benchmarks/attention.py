@@ -29,8 +29,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autograder.kernel.measure import peak_memory  # noqa: E402
-from autograder.reference.ch06_transformer import chunked_attention  # noqa: E402
+from autograder.kernel.measure import peak_memory
+from autograder.reference.ch06_transformer import chunked_attention
 
 MEMORY_GOAL, TIME_GOAL = 1 / 8, 3.0
 

@@ -37,8 +37,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from autograder.ch07_decoding import TinyDecoder  # noqa: E402
-from autograder.reference.ch07_decoding import greedy_decode, kv_cache_bytes, train_reversal_decoder  # noqa: E402
+from autograder.ch07_decoding import TinyDecoder
+from autograder.reference.ch07_decoding import greedy_decode, kv_cache_bytes, train_reversal_decoder
 
 SPEED_GOAL, GOAL_LENGTH, VOCAB = 5.0, 512, 1000
 

@@ -25,10 +25,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import torch  # noqa: E402
+import torch
 
-from autograder.judge import LocalRespondent, judge  # noqa: E402
-from autograder.parts import hidden_calls  # noqa: E402
+from autograder.judge import LocalRespondent, judge
+from autograder.parts import hidden_calls
 
 
 def correct_answers(chapter: str, training: bool) -> list[tuple]:

@@ -8,7 +8,7 @@ from course import ASSIGNMENTS, ROOT, load, make_course, nbgrader, notebook, sub
 from layout import chapters
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from book_build import BuildFailed, build_from_scratch  # noqa: E402
+from book_build import BuildFailed, build_from_scratch
 
 
 def pytest_configure(config):

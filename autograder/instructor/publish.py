@@ -28,9 +28,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
+
+import tomllib
 
 from .gradebook import environment_on_path
 

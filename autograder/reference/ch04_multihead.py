@@ -170,7 +170,7 @@ def _self_attention_calls(seeds) -> list[Call]:
 def _graph_calls(seeds) -> list[Call]:
     """Directed graphs in float, int and bool; an isolated node; with and without self-loops."""
     calls = []
-    for seed, dtype in zip(seeds, (torch.float32, torch.int64, torch.bool)):
+    for seed, dtype in zip(seeds, (torch.float32, torch.int64, torch.bool), strict=False):  # the first three seeds
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
         n = rng.randint(3, 8)
         adjacency = (torch.rand(n, n, generator=g) < 0.35).to(dtype)

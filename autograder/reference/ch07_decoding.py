@@ -16,8 +16,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..ch07_decoding import (NUM_DIGITS, SEQUENCE_LENGTH, TinyDecoder, _random_weights, _tiny_decoder,
-                             make_reversal_batch, reversal_accuracy, table_log_probs)
+from ..ch07_decoding import (
+    NUM_DIGITS,
+    SEQUENCE_LENGTH,
+    TinyDecoder,
+    _random_weights,
+    _tiny_decoder,
+    make_reversal_batch,
+    reversal_accuracy,
+    table_log_probs,
+)
 from ..parts import Call, derived_seeds
 from .ch06_transformer import hidden_training_calls
 

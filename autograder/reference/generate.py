@@ -98,7 +98,7 @@ def differences(chapter: str, committed: dict, fresh: dict) -> list[str]:
         if len(committed[name]) != len(fresh[name]):
             found.append(f"{name}: {len(committed[name])} calls instead of {len(fresh[name])}")
             continue
-        for index, (old, new) in enumerate(zip(committed[name], fresh[name])):
+        for index, (old, new) in enumerate(zip(committed[name], fresh[name], strict=True)):
             where = f"{name}, call {index + 1} ({new['description']})"
             if old.keys() != new.keys() or old["description"] != new["description"]:
                 found.append(f"{where}: description {old.get('description')!r}")
@@ -127,7 +127,7 @@ def _differ(old: Any, new: Any, allowance: float, path: str = "") -> Iterator[tu
             yield path, f"shape {old['shape']} {old['dtype']} instead of {new['shape']} {new['dtype']}"
         elif new["dtype"].startswith(("float", "bfloat", "complex")):
             tolerance = float_tolerance(new["tensor"], new["dtype"], allowance)
-            worst = max((_float_gap(a, b) for a, b in zip(old["tensor"], new["tensor"])), default=0.0)
+            worst = max((_float_gap(a, b) for a, b in zip(old["tensor"], new["tensor"], strict=True)), default=0.0)
             if worst > tolerance:
                 yield path, f"floats differ by up to {worst:.3g} (rounding allows {tolerance:.3g})"
         elif old["tensor"] != new["tensor"]:
@@ -142,7 +142,7 @@ def _differ(old: Any, new: Any, allowance: float, path: str = "") -> Iterator[tu
         if len(old) != len(new):
             yield path, f"{len(old)} items instead of {len(new)}"
             return
-        for index, (a, b) in enumerate(zip(old, new)):
+        for index, (a, b) in enumerate(zip(old, new, strict=True)):
             yield from _differ(a, b, allowance, f"{path}[{index}]")
     elif isinstance(new, float) and isinstance(old, float) and not isinstance(old, bool):
         tolerance = float_tolerance([new], "float32", allowance)  # a plain float, at worst a float32 result

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import http.server
-import os
 import re
 import shutil
 import threading
@@ -23,15 +22,12 @@ from urllib.parse import unquote, urlsplit
 import pytest
 from playwright.sync_api import sync_playwright
 
+from browser import CHROMIUM, CHROMIUM_ARGS
 from course import ROOT
 from layout import chapters, pages
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = os.environ.get("CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
-# The flags that keep Chromium from calling home on a machine with no internet.
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 TIMEOUT_MS = 30_000
 

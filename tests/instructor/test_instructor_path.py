@@ -150,7 +150,7 @@ def typeset_offline(page: Path) -> int:
     refused (a student's feedback page, offline)."""
     from playwright.sync_api import sync_playwright
 
-    from test_browser import CHROMIUM, CHROMIUM_ARGS
+    from browser import CHROMIUM, CHROMIUM_ARGS
 
     with sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
