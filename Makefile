@@ -69,5 +69,21 @@ exercises: $(STAMP)
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/book_build.py
 
+# A lent GPU machine has PyTorch but neither the grading packages nor internet. gpu-wheels makes
+# here (from PyPI) the folder it installs them from: the wheels grading, its kernels and the tests
+# need beyond PyTorch, for that machine's Python, and bubblewrap; under 60 MB, carried with the tree.
+GPU_WHEELS ?= .gpu-wheels
+GPU_PYTHON_VERSION ?= 3.12
+.PHONY: gpu-wheels gpu-check
+gpu-wheels: $(STAMP)
+	rm -rf $(GPU_WHEELS)
+	$(BIN)/python benchmarks/gpu_check.py wheels $(GPU_WHEELS) --python-version $(GPU_PYTHON_VERSION)
+
+# On that machine, in under 8 minutes: install, grade with --device cuda in the sandbox, run the
+# tests that use CUDA and the attention and decoding benchmarks, one summary. Without a GPU, the
+# same steps on the CPU, shortened. Needs no .venv: any python3 with PyTorch.
+gpu-check:
+	bash benchmarks/gpu_check.sh
+
 clean:
 	rm -rf _build gradebook.db node_modules _assets/mathjax
