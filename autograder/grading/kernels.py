@@ -39,10 +39,10 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from traitlets import Any, DottedObjectName, Type, Unicode
 
+from ..kernel.zygote import read_line
 from . import sandbox
 from .limits import KernelCgroup
 from .sandbox import Limits
-from ..kernel.zygote import read_line
 
 #: The largest message the grader reads from a kernel; a larger one drops the connection before
 #: it is read (``zmq.MAXMSGSIZE``), so an output flood or a huge reply never fills the grader's memory.
@@ -169,9 +169,13 @@ class KernelHandle:
 
 
 class Zygote:
-    """One zygote process, started for one set of limits, and how to ask it for kernels."""
+    """One zygote process, started for one set of limits, and how to ask it for kernels.
 
-    def __init__(self, limits: Limits):
+    ``Zygote(limits)`` returns once the zygote is ready; with ``wait=False``, as soon as its
+    process is started, and :meth:`wait_ready` waits for the rest (its imports, its probe).
+    """
+
+    def __init__(self, limits: Limits, *, wait: bool = True):
         import shutil
 
         self.limits, self.owner, self.policy = limits, os.getpid(), sandbox.policy(limits)
@@ -189,6 +193,13 @@ class Zygote:
         except BaseException:
             shutil.rmtree(self.folder, ignore_errors=True)  # nothing started: leave nothing behind
             raise
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> None:
+        """Wait until the zygote says it is ready, then check what its first kernel sees; stop it if either fails."""
+        import shutil
+
         try:
             line = read_line(self.process.stdout.fileno(), time.monotonic() + 300)
             if line.strip() != b"ready":
@@ -279,7 +290,7 @@ class Zygote:
             cgroup = KernelCgroup(policy.cgroup, policy.limits.memory_mb * 2**20, policy.limits.processes,
                                   policy.limits.threads)
         message = {"op": op, "connection_file": connection_file, "sockets": sockets, "cwd": work or sockets,
-                   **policy.zygote_request(), "sealed": list(policy.sealed)}
+                   **policy.zygote_request()}
         try:
             connection, answer = self.request(message, cgroup=cgroup)
         except BaseException:
@@ -296,12 +307,6 @@ class Zygote:
         handle = KernelHandle(connection, answer["pid"], answer.get("report"), cgroup)
         handle.sockets = sockets
         return handle
-
-    def modules(self) -> dict:
-        """What the zygote has imported, its threads and open files (for the tests)."""
-        connection, answer = self.request({"op": "modules"})
-        connection.close()
-        return answer
 
     def close(self) -> None:
         """Stop the zygote (if this process started it) and its kernels."""
@@ -369,23 +374,30 @@ def key(limits: Limits) -> tuple:
 _lock = threading.Lock()
 _zygotes: dict[tuple, Zygote] = {}
 _failed: dict[tuple, str] = {}
+_spawned: dict[tuple, Zygote] = {}  # started by :func:`spawn`, not yet waited for
 
 
 def _after_fork() -> None:
     global _lock
     _lock = threading.Lock()  # another thread may have held it at the fork
+    _spawned.clear()  # the parent's to wait for, not this process's
 
 
 os.register_at_fork(after_in_child=_after_fork)
 
 
+def _wanted(limits: Limits) -> bool:
+    """Whether kernels for ``limits`` are forked from a zygote at all."""
+    return os.environ.get("AUTOGRADER_ZYGOTE", "1") != "0" and limits.zygote and sys.platform.startswith("linux")
+
+
 def for_limits(limits: Limits) -> Zygote | None:
     """The zygote for ``limits``, or ``None`` to start kernels the old way.
 
-    A process uses the zygote it started (on first use) or the one its parent had when
-    it was forked (see :func:`prestart`).
+    A process uses the zygote it started (on first use, or the one :func:`spawn` started)
+    or the one its parent had when it was forked (see :func:`prestart`).
     """
-    if os.environ.get("AUTOGRADER_ZYGOTE", "1") == "0" or not limits.zygote or not sys.platform.startswith("linux"):
+    if not _wanted(limits):
         return None
     with _lock:
         wanted = key(limits)
@@ -398,7 +410,8 @@ def for_limits(limits: Limits) -> Zygote | None:
         if wanted in _failed:
             return None
         try:
-            zygote = Zygote(limits)
+            zygote = _spawned.pop(wanted, None) or Zygote(limits, wait=False)
+            zygote.wait_ready()
         except (ZygoteUnavailable, OSError, ValueError) as error:
             _failed[wanted] = str(error)
             print(f"autograder: no kernel zygote ({error}); each kernel starts in its own bubblewrap sandbox "
@@ -423,14 +436,36 @@ def prestart(limits: Limits) -> None:
     for_limits(limits)
 
 
+def spawn(limits: Limits | None) -> None:
+    """Start the zygote for ``limits`` without waiting for it: :func:`prestart` (or the first kernel) waits.
+
+    The zygote spends seconds importing PyTorch in a process of its own: this process goes
+    on with its own start meanwhile. Zygotes spawned for other limits (or any, for ``None``:
+    no zygote needed) and not yet waited for are stopped. Nothing is started where
+    :func:`for_limits` would start none, or has one; a zygote that cannot even be started
+    here is left to it, to try again and say why.
+    """
+    with _lock:
+        wanted = None if limits is None else key(limits)
+        for other in [other for other in _spawned if other != wanted]:
+            _spawned.pop(other).close()
+        if limits is None or not _wanted(limits) or wanted in _zygotes or wanted in _spawned or wanted in _failed:
+            return
+        try:
+            _spawned[wanted] = Zygote(limits, wait=False)
+        except (OSError, ValueError):
+            return
+
+
 @atexit.register
 def stop_all() -> None:
     """Stop the zygotes this process started (they would die with it anyway, see ``zygote_command``)."""
     with _lock:
-        for wanted, zygote in list(_zygotes.items()):
-            if zygote.owner == os.getpid():
-                zygote.close()
-                del _zygotes[wanted]
+        for started in (_zygotes, _spawned):
+            for wanted, zygote in list(started.items()):
+                if zygote.owner == os.getpid():
+                    zygote.close()
+                    del started[wanted]
 
 
 _spawner = None
@@ -479,7 +514,7 @@ class ZygoteProvisioner(LocalProvisioner):
         manager = self.parent
         self.process = manager.zygote.launch(manager.connection_file, manager.limits, work=manager.work)
         self.pid, self.pgid = self.process.pid, None  # signals go through the handle
-        self.cwd = "/tmp/work"
+        self.cwd = sandbox.WORK_FOLDER
         return self.connection_info
 
 
@@ -494,7 +529,7 @@ class BubblewrapProvisioner(LocalProvisioner):
         policy = sandbox.policy(manager.limits)
         sockets = os.path.dirname(manager.connection_file)
         policy.give(sockets, manager.connection_file)
-        command = sandbox.bwrap_command(policy, [sys.executable, *kwargs["cmd"][1:]], sockets)
+        command = sandbox.bwrap_command(policy, policy.kernel_program(manager.connection_file), sockets)
         if policy.cgroup is not None:  # the command puts itself in the cgroup, then becomes the sandbox
             self.cgroup = KernelCgroup(policy.cgroup, policy.limits.memory_mb * 2**20, policy.limits.processes,
                                        policy.limits.threads)
@@ -579,7 +614,7 @@ class VerifiedChannel(AsyncZMQSocketChannel):
         try:
             _, message = self.session.feed_identities(frames)
             return self.session.deserialize(message)
-        except Exception:  # anything: the frames are untrusted bytes
+        except Exception:  # noqa: BLE001 - anything: the frames are untrusted bytes
             return {"header": {"msg_type": DROPPED, "msg_id": ""}, "msg_type": DROPPED, "msg_id": "",
                     "parent_header": {}, "metadata": {}, "content": {}, "buffers": []}
 

@@ -25,13 +25,14 @@ import nbformat
 from .. import __version__
 from .sandbox import Limits, check_bubblewrap
 from .sandbox import policy as sandbox_policy
-from .verdict import all_parts, grade_submission
+from .tampering import scan_source
+from .verdict import PartStatus, all_parts, grade_submission
 
 log = logging.getLogger("autograder.grading")
 
 
 def grade_task(source_json: str, notebook_name: str, submission: bytes | Oversized | None, limits: Limits,
-               key: str) -> dict:
+               key: str, clearing: dict[str, dict] | None = None) -> dict:
     """In a worker (a local process or a Dask worker): grade one submission from its bytes.
 
     Args:
@@ -42,6 +43,8 @@ def grade_task(source_json: str, notebook_name: str, submission: bytes | Oversiz
         limits: the sandbox's limits; ``device="auto"`` is decided here, on the worker.
         key: the student's key of hidden cases (derived from the course secret); it stays in
             the worker's judge and never enters the student's kernel.
+        clearing: how the course's nbgrader clears the source for students, as data
+            (``notebooks.clearing_options``; nbgrader's defaults if ``None``).
 
     Returns:
         ``results`` (part results as dicts), ``autograded`` (the executed notebook, JSON,
@@ -54,18 +57,31 @@ def grade_task(source_json: str, notebook_name: str, submission: bytes | Oversiz
     _log_policy(limits)
     source = nbformat.reads(source_json, as_version=4)
     if isinstance(submission, Oversized):
-        graded = all_parts(source, "error", submission.message(),
-                            notes=[f"a notebook of {submission.size / 2**20:,.0f} MiB, refused unread"])
+        graded = all_parts(source, PartStatus.ERROR, submission.message(),
+                           notes=[f"a notebook of {submission.size / 2**20:,.0f} MiB, refused unread"])
     else:
         with tempfile.TemporaryDirectory(prefix="autograder-submission-") as folder:
             path = Path(folder) / notebook_name
             if submission is not None:
                 path.write_bytes(submission)
-            graded = grade_submission(source, path, limits, key)
+            graded = grade_submission(source, path, limits, key, clearing)
     return {"results": [r.as_dict() for r in graded.results], "unanswered": graded.unanswered,
             "autograded": None if graded.autograded is None else nbformat.writes(graded.autograded),
             "notes": graded.notes, "worker": _worker_name(), "seconds": time.monotonic() - started,
             "code": code_fingerprint()}
+
+
+def warm_up() -> None:
+    """Do once, in the process that forks the workers, the first-use work each fork would otherwise repeat.
+
+    The tampering scan imports IPython's input transformer on its first cell (a tenth of a
+    second), and jupyter_client reads every installed package's entry points for its
+    kernel provisioners on its first kernel. Both hold nothing of a submission.
+    """
+    from jupyter_client.provisioning import KernelProvisionerFactory
+
+    scan_source("pass")
+    KernelProvisionerFactory.instance()
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ autograded notebooks, the CSV, the student repository. It trusts the course's fi
 the results its grading workers return (checked against its own code fingerprint), never
 a submission's bytes, which it only hands to a worker (``autograder/grading/``).
 
-* ``cli.py``: the command line; ``settings.py``: every setting, declared once;
+* ``cli.py``: the commands; ``startup.py``: their command line, read before the grading code
+  is imported, and the kernels' zygote started from it; ``settings.py``: every setting, declared once;
 * ``grade.py``: :func:`grade`, grading every new or changed submission, with workers of this
   machine or a Dask cluster, and the run's summary;
 * ``gradebook.py``: the course directory as nbgrader lays it out, and the grades recorded;

@@ -15,67 +15,20 @@ import difflib
 import logging
 import os
 import sys
-from pathlib import Path
 
-from traitlets import Bool, Float, Integer
-
-from .grade import grade, summary
 from ..grading.errors import GradingEnvironmentError
-from .gradebook import Course, environment_on_path
-from .publish import PublishError, publish
 from ..grading.sandbox import SandboxUnavailable
+from .grade import grade, summary
+from .gradebook import Course, GradebookError, environment_on_path
+from .publish import PublishError, publish
 from .secret import load_or_create, student_key
-from .settings import GradeSettings, course_config, resolve, setting_names
+from .settings import resolve, setting_names
+from .startup import parse_args  # read by python -m autograder before it imports this module: startup.py
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m autograder", description="Grade nbgrader submissions of the course.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    grading = commands.add_parser("grade", help="grade every submission of an assignment",
-                                  description="Each option can also be set in the course's nbgrader_config.py, "
-                                              "e.g. c.GradeSettings.timeout = 60; the command line wins.")
-    grading.add_argument("assignment", help="assignment id, e.g. 03_masking")
-    grading.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
-    grading.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
-    grading.add_argument("-v", "--verbose", action="count", default=0,
-                         help="log settings and where each submission was graded (-vv: debug)")
-    for name in setting_names():
-        _add_setting(grading, name)
-    release = commands.add_parser("publish", help="write the student repository of a course run for credit")
-    release.add_argument("destination", type=Path, help="folder of the student repository (made, or updated)")
-    release.add_argument("--course-dir", type=Path, default=Path("."), help="the course repository (default: .)")
-    release.add_argument("--assignments", nargs="+", default=None, metavar="ID",
-                         help="the assignments to release, by id or number (e.g. 01 02); earlier releases stay "
-                              "(default: all)")
-    cases = commands.add_parser("cases", help="show the hidden inputs one student was graded on (regrade requests)")
-    cases.add_argument("assignment", help="assignment id, e.g. 03_masking")
-    cases.add_argument("student", help="the student's id, as in submitted/<student>/")
-    cases.add_argument("--part", default=None, help="one graded part, e.g. masked_softmax: also print its tensors")
-    cases.add_argument("--course-dir", type=Path, default=Path("."),
-                       help="nbgrader course directory, whose nbgrader_config.py may name the secret (default: .)")
-    cases.add_argument("--any-student", action="store_true",
-                       help="show the cases of a student who has no submission (a mistyped name is refused otherwise)")
-    cases.add_argument("--secret-file", type=Path, default=None, help="the course secret (as for grade)")
-    return parser.parse_args(argv)
-
-
-def _add_setting(parser: argparse.ArgumentParser, name: str) -> None:
-    """One option per setting, from its declaration: ``memory_mb`` -> ``--memory-mb``, help and all.
-
-    Options default to ``None`` ("not given"), so that ``nbgrader_config.py`` applies
-    unless the command line says otherwise.
-    """
-    trait = GradeSettings.class_traits()[name]
-    flag = "--" + name.replace("_", "-")
-    if isinstance(trait, Bool):
-        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=trait.help)
-        return
-    kind = int if isinstance(trait, Integer) else float if isinstance(trait, Float) else str
-    choices = getattr(trait, "values", None)
-    parser.add_argument(flag, type=kind, default=None, choices=choices, help=trait.help)
-
-
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, import_seconds: float | None = None) -> int:
+    """Run the command ``argv`` says; ``import_seconds``: how long ``python -m autograder`` took to import
+    the grading code (``grade -v`` says)."""
     args = parse_args(argv)
     os.environ["PATH"] = environment_on_path(os.environ)["PATH"]  # for nbgrader, run in this process
     try:
@@ -83,17 +36,23 @@ def main(argv: list[str] | None = None) -> int:
             return publish_student_repository(args)
         if args.command == "cases":
             return show_hidden_cases(args)
-        return grade_assignment(args)
+        return grade_assignment(args, import_seconds)
     except (SandboxUnavailable, FileNotFoundError, ValueError, PublishError, ConnectionError,
             GradingEnvironmentError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except GradebookError as error:  # a course laid out wrong: the message alone, status 1
+        print(error, file=sys.stderr)
+        return 1
 
 
-def grade_assignment(args: argparse.Namespace) -> int:
+def grade_assignment(args: argparse.Namespace, import_seconds: float | None = None) -> int:
     """``grade ASSIGNMENT``: :func:`grade` with the options given; 1 if some submission is left ungraded."""
     if args.verbose:
         _log_to_stdout(logging.DEBUG if args.verbose > 1 else logging.INFO)
+        if import_seconds is not None:
+            logging.getLogger("autograder.grading").info("time: imports %.1f s (the grading code: PyTorch, nbgrader; "
+                                                         "the run's phases follow at its end)", import_seconds)
     settings = {name: getattr(args, name) for name in setting_names()}
     report = grade(args.assignment, course_dir=args.course_dir, force=args.force, **settings)
     print(summary(report), flush=True)
@@ -108,11 +67,12 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
 
     from .. import parts as declarations
 
+    course = Course.open(args.course_dir)
     # the secret the grading command uses: --secret-file, else the course config, else the default
-    path = resolve(course_config(args.course_dir), secret_file=args.secret_file and str(args.secret_file))[0].secret_path
+    path = resolve(course.config, secret_file=args.secret_file)[0].secret_path
     if not path.exists():
         raise FileNotFoundError(f"no grading secret at {path}: the hidden cases depend on it (--secret-file)")
-    _expect_submission(args)
+    _expect_submission(args, course)
     secret, _ = load_or_create(path)
     key = student_key(secret, args.assignment, args.student)
     try:
@@ -135,12 +95,11 @@ def show_hidden_cases(args: argparse.Namespace) -> int:
     return 0
 
 
-def _expect_submission(args: argparse.Namespace) -> None:
-    """Refuse a student without a submission of the assignment (any name draws cases: a typo would show
-    someone else's), unless ``--any-student``."""
+def _expect_submission(args: argparse.Namespace, course: Course) -> None:
+    """Refuse a student without a submission of the assignment in ``course`` (any name draws cases: a typo
+    would show someone else's), unless ``--any-student``."""
     if args.any_student:
         return
-    course = Course.open(args.course_dir)
     students = course.students(args.assignment)
     if args.student not in students:
         near = difflib.get_close_matches(args.student, students, n=3)

@@ -19,17 +19,17 @@ notebook larger than ``--max-notebook-mb`` is never read: every part is an error
 from __future__ import annotations
 
 import hashlib
-import json
 import importlib
+import json
 import logging
 import os
 import sys
 import time
 import uuid
-from datetime import datetime
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import nbformat
@@ -38,15 +38,17 @@ from .. import __version__
 from ..grading import kernels
 from ..grading.errors import GradingEnvironmentError
 from ..grading.forks import ForkPool, failure
+from ..grading.notebooks import clearing_options, release
 from ..grading.sandbox import Limits
 from ..grading.sandbox import policy as sandbox_policy
-from ..grading.verdict import NEEDS_A_LOOK, STATUSES, PartResult
-from ..grading.worker import Oversized, _on_this_machine, code_fingerprint, grade_task
+from ..grading.verdict import PartResult, PartStatus
+from ..grading.worker import Oversized, _on_this_machine, code_fingerprint, grade_task, warm_up
 from ..parts import reference_module
 from ..text import clean
 from .gradebook import Course, ensure_assignment, manual_scores, read_timestamp, record, write_csv
 from .secret import fingerprint, load_or_create, student_key
-from .settings import GradeSettings, course_config, resolve
+from .settings import GradeSettings, resolve, takes_settings
+from .startup import requested_limits
 
 log = logging.getLogger("autograder.grading")
 
@@ -64,6 +66,9 @@ class GradeReport:
         csv_path: the grades table; ``db_url``: the gradebook.
         notes: per student graded in this run, what the submission did to the grader (output
             flooded while judged, oracle calls refused, a file refused unread), if anything.
+        phases: seconds per phase of the run, in order (:class:`Phases`): the start-up's, then
+            ``grading`` (waiting for the workers), ``recording`` (their results, in the
+            gradebook and the state files) and ``grades table``.
     """
 
     assignment: str
@@ -76,52 +81,74 @@ class GradeReport:
     seconds: float
     settings: dict = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)
+    phases: dict[str, float] = field(default_factory=dict)
 
 
+class Phases:
+    """Where a run's time goes: each phase ends where the next begins, timed with ``time.monotonic``."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.mark = time.monotonic()
+
+    def end(self, name: str) -> None:
+        """The phase ``name`` ends now; it began where the last one ended (a name met again adds up)."""
+        now = time.monotonic()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self.mark
+        self.mark = now
+
+
+def timing(phases: dict[str, float]) -> str:
+    """``phases`` as one line: ``imports 9.1 s, course 0.3 s, ...``."""
+    return ", ".join(f"{name} {seconds:.1f} s" for name, seconds in phases.items())
+
+
+@takes_settings
 def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False, progress: bool = True,
-          device: str | None = None, memory_mb: int | None = None, notebook_timeout: float | None = None,
-          processes: int | None = None, sandbox: bool | None = None, scheduler: str | None = None,
-          scheduler_timeout: float | None = None,
-          secret_file: str | Path | None = None, timeout: float | None = None,
-          workers: int | None = None, grader_memory_mb: int | None = None,
-          max_notebook_mb: int | None = None) -> GradeReport:
+          **given) -> GradeReport:
     """Grade the new and changed submissions of ``assignment`` in the nbgrader course at ``course_dir``.
 
-    Every setting left at ``None`` comes from the course's ``nbgrader_config.py``
-    (``c.GradeSettings.<name>``), else from its default (see ``settings.py``, where each is
-    declared with its help). ``force`` regrades unchanged submissions too; ``progress``
-    prints one line per graded submission.
+    ``given`` are the settings, as keywords: each trait of ``GradeSettings`` (``settings.py``,
+    where each is declared with its help), listed below. Every setting left at ``None``
+    comes from the course's ``nbgrader_config.py`` (``c.GradeSettings.<name>``), else from
+    its default. ``force`` regrades unchanged submissions too; ``progress`` prints one line
+    per graded submission.
 
     Raises:
-        ValueError: a bad setting; FileNotFoundError: no submissions;
+        TypeError: a keyword that is not a setting; ValueError: a bad setting, or a source
+        notebook nbgrader cannot release (``BrokenSource``, naming the cell);
+        FileNotFoundError: no submissions; GradebookError: not one source notebook;
         SandboxUnavailable: bubblewrap does not work here (and ``sandbox`` is on).
     """
-    started = time.monotonic()
+    started, clock = time.monotonic(), Phases()
     course = Course.open(Path(course_dir))
-    settings, origins = resolve(course_config(course.root), device=device, memory_mb=memory_mb, processes=processes,
-                                notebook_timeout=notebook_timeout, sandbox=sandbox, scheduler=scheduler,
-                                scheduler_timeout=scheduler_timeout,
-                                secret_file=None if secret_file is None else str(secret_file), timeout=timeout,
-                                workers=workers, grader_memory_mb=grader_memory_mb, max_notebook_mb=max_notebook_mb)
+    settings, origins = resolve(course.config, **given)
     for name, origin in origins.items():
         log.info("setting %s = %r (%s)", name, getattr(settings, name), origin)
     source_path = course.source_notebook(assignment)
     source = nbformat.read(source_path, as_version=4)
+    clearing = clearing_options(course.config)
+    release(source, clearing)  # a source nbgrader cannot release stops the run here, naming its cell
+    clock.end("course")
     address = settings.scheduler_address
     limits = _limits(settings, local=address is None)
+    clock.end("sandbox check")
     secret = _secret(settings.secret_path, origins["secret_file"], first_run=not (course.root / "grades" / ".state").exists())
     ensure_assignment(course, assignment, source_path)
     students = course.students(assignment)
+    clock.end("gradebook")
     if not students:
         raise FileNotFoundError(f"no submissions of {assignment} under {course.root / course.coursedir.submitted_directory}")
     # what a grade depends on besides the submission: the grading code and the limits it ran under
     grading = json.dumps({"code": code_fingerprint(), "cell_seconds": limits.cell_seconds,
                           "notebook_seconds": limits.notebook_seconds, "memory_mb": limits.memory_mb,
-                          "processes": limits.processes,
+                          "processes": limits.processes, "gpu_memory_mb": limits.gpu_memory_mb,
                           "device": limits.device, "sandbox": limits.sandbox,
-                          "max_notebook_mb": settings.max_notebook_mb}, sort_keys=True)
+                          "max_notebook_mb": settings.max_notebook_mb, "clearing": clearing}, sort_keys=True)
     fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret, grading) for s in students}
     todo = [s for s in students if force or _state(course, assignment, s).get("fingerprint") != fingerprints[s]]
+    # the zygote this run waits for, starting while it goes on (python -m autograder spawned it first: startup.py)
+    kernels.spawn(limits if todo and not address else None)
     where = f"Dask scheduler {address}" if address else f"{settings.workers} workers"
     print(f"{assignment}: {len(students)} submissions, {len(todo)} to grade ({len(students) - len(todo)} unchanged), "
           f"{where}, device {limits.device}, sandbox {'on' if limits.sandbox else 'OFF'}", flush=True)
@@ -131,11 +158,12 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
     largest = settings.max_notebook_mb * 2**20
     tasks = {s: (nbformat.writes(source), source_path.name,
                  _submission_bytes(course, assignment, s, source_path.name, largest),
-                 limits, student_key(secret, assignment, s)) for s in todo}
+                 limits, student_key(secret, assignment, s), clearing) for s in todo}
+    clock.end("submissions")
     bar = _Progress(len(todo), enabled=progress)
     graded, not_graded, notes = [], {}, {}
     results = (_dask_results(tasks, address, settings.scheduler_timeout) if address else
-               _local_results(tasks, settings.workers, limits, settings.grader_memory_mb))
+               _local_results(tasks, settings.workers, limits, settings.grader_memory_mb, clock))
     try:
         for student, outcome in results:
             problem = outcome if isinstance(outcome, str) else _refusal(outcome)
@@ -145,24 +173,30 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
                 log.warning("%s: not graded: %s", student, problem)
                 not_graded[student] = problem
                 continue
+            clock.end("grading")  # this far, waiting for the workers; recording is this process's own work
             try:
                 _save(course, assignment, student, source_path, outcome, fingerprints[student])
             except (UnicodeError, ValueError) as error:  # one student's records, not the run: said, and regraded next run
                 log.warning("%s: not graded: its results could not be stored: %s", clean(student), error)
                 not_graded[student] = f"its results could not be stored ({type(error).__name__}: {error})"
                 continue
+            finally:
+                clock.end("recording")
             graded.append(student)
             if outcome["notes"]:
                 notes[student] = outcome["notes"]
             bar.step(student, outcome["results"], outcome["worker"], outcome["seconds"])
     finally:
         results.close()  # stops the workers' queue if recording failed
+    clock.end("grading")
     rows = _rows(course, assignment, students)
     csv_path = course.root / "grades" / f"{assignment}.csv"
     write_csv(csv_path, rows)
+    clock.end("grades table")
+    log.info("time: %s", timing(clock.seconds))
     report = GradeReport(assignment, graded, [s for s in students if s not in todo], not_graded, rows, csv_path,
                          course.db_url, time.monotonic() - started,
-                         {name: getattr(settings, name) for name in origins}, notes)
+                         {name: getattr(settings, name) for name in origins}, notes, clock.seconds)
     return report
 
 
@@ -179,18 +213,23 @@ def _refusal(outcome: dict) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def _local_results(tasks: dict[str, tuple], workers: int, limits: Limits,
-                   memory_mb: int) -> Iterator[tuple[str, dict | str]]:
+def _local_results(tasks: dict[str, tuple], workers: int, limits: Limits, memory_mb: int,
+                   clock: Phases) -> Iterator[tuple[str, dict | str]]:
     """``(student, outcome)`` as each finishes, from forks of this process (``forks.py``), ``workers`` at once.
 
     The outcome is the task's dict, or a string saying why the grader failed. Each fork has
-    ``memory_mb`` MiB of data memory; it forks its kernels from one zygote, started here
-    first, and finds the checks and references already imported here.
+    ``memory_mb`` MiB of data memory; it forks its kernels from one zygote, spawned
+    earlier (``kernels.spawn``) and waited for here, and finds the checks, their references
+    and what a fork uses first (``worker.warm_up``) already here, done while the zygote
+    starts. ``clock`` times that, and the wait for the zygote.
     """
     if not tasks:
         return
-    kernels.prestart(limits)
     _import_checks(next(iter(tasks.values()))[1])
+    warm_up()
+    clock.end("checks and warm-up")
+    kernels.prestart(limits)
+    clock.end("zygote (the rest of its start)")
     yield from ForkPool(grade_task, workers, memory_mb * 2**20).results(tasks)
 
 
@@ -245,7 +284,7 @@ def _outcome(job) -> dict | str:
     """A finished job's result, or why it has none (the grader failed, not the student)."""
     try:
         return job.result()
-    except Exception as error:  # a lost worker, a broken environment: grade it in the next run
+    except Exception as error:  # noqa: BLE001 - a lost worker, a broken environment: grade it in the next run
         return failure(error)
 
 
@@ -256,10 +295,7 @@ def _outcome(job) -> dict | str:
 
 def _limits(settings: GradeSettings, local: bool) -> Limits:
     """The sandbox limits; on this machine, the device and bubblewrap are checked now, not per task."""
-    threads = max(1, (os.cpu_count() or 1) // settings.workers) if local else 1
-    limits = Limits(cell_seconds=settings.timeout, notebook_seconds=settings.notebook_timeout or 5 * settings.timeout,
-                    memory_mb=settings.memory_mb, processes=settings.processes, threads=threads, device=settings.device,
-                    sandbox=settings.sandbox)
+    limits = requested_limits(settings, local)
     return _on_this_machine(limits) if local else limits
 
 
@@ -387,7 +423,7 @@ class _Progress:
 def summary(report: GradeReport) -> str:
     """The lines the command prints at the end of a run."""
     statuses = Counter(row["status"] for row in report.rows)
-    parts = ", ".join(f"{statuses[s]} {s}" for s in STATUSES if statuses[s])
+    parts = ", ".join(f"{statuses[s]} {s}" for s in PartStatus if statuses[s])
     lines = [f"graded {len(report.graded)} submissions in {report.seconds:.1f} s "
              f"({len(report.unchanged)} unchanged, not regraded)",
              f"parts: {parts or 'none'}"]
@@ -395,7 +431,7 @@ def summary(report: GradeReport) -> str:
     if by_hand:
         lines.append(f"{len(by_hand)} scores set by hand in the gradebook count instead of the grader's "
                      "(the CSV's auto_score column keeps the grader's)")
-    flagged = sorted({row["student"] for row in report.rows if row["status"] == NEEDS_A_LOOK})
+    flagged = sorted({row["student"] for row in report.rows if row["status"] == PartStatus.NEEDS_A_LOOK})
     if flagged:
         lines.append(f"{len(flagged)} submissions need a look (their own cells tamper with the course's code, the "
                      "kernel or PyTorch's private entry points; points withheld on the parts the kernel reports on, "

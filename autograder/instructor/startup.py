@@ -1,0 +1,110 @@
+"""What ``python -m autograder`` does before it imports the grading code: read its command line and, to
+grade on this machine, start the kernels' zygote.
+
+Importing the grading code takes seconds (PyTorch, nbgrader), and so does the zygote's
+start (it imports PyTorch too, in its sandbox: ``autograder/kernel/zygote.py``). Started
+first, the zygote gets ready while this process imports, instead of after it. So this
+module imports only the settings, the sandbox's limits and the kernels' module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import os
+import shutil
+from pathlib import Path
+
+from traitlets.config.loader import Config
+
+from ..grading import kernels
+from ..grading.sandbox import Limits
+from .settings import GradeSettings, resolve, setting_names, setting_type
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m autograder", description="Grade nbgrader submissions of the course.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    grading = commands.add_parser("grade", help="grade every submission of an assignment",
+                                  description="Each option can also be set in the course's nbgrader_config.py, "
+                                              "e.g. c.GradeSettings.timeout = 60; the command line wins.")
+    grading.add_argument("assignment", help="assignment id, e.g. 03_masking")
+    grading.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
+    grading.add_argument("--force", action="store_true", help="regrade submissions that have not changed")
+    grading.add_argument("-v", "--verbose", action="count", default=0,
+                         help="log settings, where each submission was graded, and the time each phase of the "
+                              "run took, start-up and grading (-vv: debug)")
+    for name in setting_names():
+        _add_setting(grading, name)
+    release = commands.add_parser("publish", help="write the student repository of a course run for credit")
+    release.add_argument("destination", type=Path, help="folder of the student repository (made, or updated)")
+    release.add_argument("--course-dir", type=Path, default=Path("."), help="the course repository (default: .)")
+    release.add_argument("--assignments", nargs="+", default=None, metavar="ID",
+                         help="the assignments to release, by id or number (e.g. 01 02); earlier releases stay "
+                              "(default: all)")
+    cases = commands.add_parser("cases", help="show the hidden inputs one student was graded on (regrade requests)")
+    cases.add_argument("assignment", help="assignment id, e.g. 03_masking")
+    cases.add_argument("student", help="the student's id, as in submitted/<student>/")
+    cases.add_argument("--part", default=None, help="one graded part, e.g. masked_softmax: also print its tensors")
+    cases.add_argument("--course-dir", type=Path, default=Path("."),
+                       help="nbgrader course directory, whose nbgrader_config.py may name the secret (default: .)")
+    cases.add_argument("--any-student", action="store_true",
+                       help="show the cases of a student who has no submission (a mistyped name is refused otherwise)")
+    cases.add_argument("--secret-file", type=Path, default=None, help="the course secret (as for grade)")
+    return parser.parse_args(argv)
+
+
+def _add_setting(parser: argparse.ArgumentParser, name: str) -> None:
+    """One option per setting, from its declaration: ``memory_mb`` -> ``--memory-mb``, help and all.
+
+    Options default to ``None`` ("not given"), so that ``nbgrader_config.py`` applies
+    unless the command line says otherwise.
+    """
+    trait = GradeSettings.class_traits()[name]
+    flag = "--" + name.replace("_", "-")
+    kind = setting_type(name)
+    if kind is bool:
+        parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=trait.help)
+        return
+    choices = getattr(trait, "values", None)
+    parser.add_argument(flag, type=kind, default=None, choices=choices, help=trait.help)
+
+
+def start_zygote(argv: list[str]) -> None:
+    """For ``grade`` on this machine: spawn the zygote ``grade()`` will likely wait for (``kernels.spawn``).
+
+    Its limits are those the command line asks for, with ``device auto`` guessed. The
+    course's ``nbgrader_config.py`` is not read here (it imports nbgrader: a second); where
+    it asks for other limits, or a Dask scheduler, or where PyTorch decides ``auto``
+    otherwise, ``grade()`` stops this zygote unused and spawns the right one, if any. Settings
+    ``grade()`` refuses, or a missing bubblewrap, start nothing here: ``grade()`` says why.
+    """
+    args = parse_args(argv)
+    if args.command != "grade":
+        return
+    try:
+        settings, _ = resolve(Config(), **{name: getattr(args, name) for name in setting_names()})
+    except ValueError:
+        return
+    if settings.scheduler_address is None and (shutil.which("bwrap") or not settings.sandbox):
+        kernels.spawn(requested_limits(settings, local=True, device=_likely_device(settings.device)))
+
+
+def requested_limits(settings: GradeSettings, local: bool, device: str | None = None) -> Limits:
+    """The sandbox limits the settings ask for, unchecked; ``device``, if given, instead of the setting's."""
+    threads = max(1, (os.cpu_count() or 1) // settings.workers) if local else 1
+    return Limits(cell_seconds=settings.timeout, notebook_seconds=settings.notebook_timeout or 5 * settings.timeout,
+                  memory_mb=settings.memory_mb, processes=settings.processes, threads=threads,
+                  device=device or settings.device, sandbox=settings.sandbox, gpu_memory_mb=settings.gpu_memory_mb)
+
+
+def _likely_device(device: str) -> str:
+    """``auto`` as PyTorch will likely decide it, without importing it: ``cuda`` where both an NVIDIA device and
+    PyTorch's CUDA library are here."""
+    if device != "auto":
+        return device
+    torch = importlib.util.find_spec("torch")
+    folders = (torch.submodule_search_locations or []) if torch is not None else []
+    library = any(glob.glob(os.path.join(folder, "lib", "libtorch_cuda*.so")) for folder in folders)
+    return "cuda" if library and glob.glob("/dev/nvidia[0-9]*") else "cpu"
