@@ -16,8 +16,8 @@ Where each part runs, and so what it may trust:
 * ``instructor/``: the instructor's commands (``python -m autograder grade``, ``publish``);
 * ``reference/``: reference answers and hidden cases, on the grading side only.
 
-``grading/``, ``instructor/`` and ``reference/`` belong to the instructors' copy of the
-course only.
+``grading/``, ``instructor/`` and ``reference/`` (the grading side)
+belong to the instructors' copy of the course only.
 """
 
 __version__ = "0.1.0"
