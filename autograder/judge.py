@@ -221,9 +221,7 @@ def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.devi
 def _judge_case(question: _Question, reply: Reply) -> None:
     """A case's reply: no library attention where forbidden, the inputs unchanged, the result right."""
     case, part, call = question.case, question.part, question.call
-    if question.request.library:
-        _expect_an_own_answer(case, reply)
-        _expect_no_library_attention(case, reply)
+    _expect_no_library_where_watched(question, reply)
     result = answer_of(case, reply)
     args, kwargs = question.kept
     _expect_inputs_unchanged(case, part, question.kept, reply.after)
@@ -343,6 +341,14 @@ def _expect_inputs_unchanged(case: Case, part: Part, kept: tuple, after: tuple) 
                              "(e.g. x = x - 1, not x -= 1)")
 
 
+def _expect_no_library_where_watched(question: _Question, reply: Reply) -> None:
+    """Where the question watched for library attention (a case or a probe of a part that forbids it): none
+    was called; an answer that is the autograder's own is told that first."""
+    if question.request.library:
+        _expect_an_own_answer(question.case, reply)
+        _expect_no_library_attention(question.case, reply)
+
+
 def _expect_no_library_attention(case: Case, reply: Reply) -> None:
     case.check(not reply.library, f"calls {sorted(set(reply.library))[0] if reply.library else ''}: the contract asks "
                                   "you to implement this part yourself rather than delegate its core to a library "
@@ -373,9 +379,7 @@ def wrong_device_message(detail: Any) -> str:
 
 def _judge_probe(question: _Question, reply: Reply) -> None:
     """A probe's reply: no library attention where forbidden, then the probe's own check."""
-    if question.request.library:
-        _expect_an_own_answer(question.case, reply)
-        _expect_no_library_attention(question.case, reply)
+    _expect_no_library_where_watched(question, reply)
     result = answer_of(question.case, reply)
     _judged(question.case, result, None, question.probe.check, question.case, *question.kept, result)
 
