@@ -22,8 +22,9 @@ import yaml
 from jupyter_cache import get_cache
 
 ROOT = Path(__file__).resolve().parents[1]
-# what the book reads: pages, exercise notebooks, MathJax and CSS, the local extension, papers
-SOURCES = ["book", "exercises", "_toc.yml", "_assets", "_ext", "references.bib"]
+# what the book reads: pages, exercise notebooks, MathJax and CSS, the local extension, papers,
+# and the solution notebooks (the syllabus counts their lines to time the assignments)
+SOURCES = ["book", "exercises", "_toc.yml", "_assets", "_ext", "references.bib", "solutions"]
 GOAL_SECONDS = {"book/01": 30.0, "book/02": 30.0, "book/03": 30.0, "book/04": 45.0, "book/05": 45.0, "book/06": 90.0,
                 "book/07": 60.0}
 
