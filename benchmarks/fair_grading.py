@@ -1,12 +1,15 @@
-"""How often do the hidden checks fail a correct answer? Grade correct answers as many students.
+"""Is every student graded alike? Grade the catalogued answers, right and wrong, as many students.
 
 Every hidden case is drawn from a seed derived from a student's key, so a check that is
 right for the cases one run happens to draw may still fail a correct answer for one student
-in a thousand (a tolerance too tight for float32 rounding, an edge case drawn too rarely).
-This script grades the correct answers of the checks' tests (``tests/catalogue_chNN.py``:
-answers written differently from the reference) on the hidden cases of ``--students`` keys
-and prints, for each answer, how many students it would have lost points for. Every count
-should be 0; the test suite runs the same grading for a dozen keys on every run.
+in a thousand (a tolerance too tight for float32 rounding, an edge case drawn too rarely),
+or let a wrong answer through for another (cases that happen not to tell it apart). This
+script grades the answers of the checks' tests (``tests/catalogue_chNN.py``: correct ones
+written differently from the reference, and the wrong ones of ``WRONG``) on the hidden
+cases of ``--students`` keys and prints, for each correct answer, how many students it
+would have lost points for, and for each wrong answer, how many it would have passed.
+Every count should be 0, and the exit status is 1 otherwise; the test suite runs the same
+grading for a dozen keys on every run.
 
     python benchmarks/fair_grading.py --students 2000 --chapters 03 04
 
@@ -38,6 +41,25 @@ def correct_answers(chapter: str, training: bool) -> list[tuple]:
     return [(check, answer) for check, answer, _ in catalogue.CORRECT if training or check not in slow]
 
 
+def wrong_answers(chapter: str, training: bool) -> list[tuple]:
+    """``(name, check, answer)`` of chapter ``chapter``'s catalogued wrong answers, training checks optional."""
+    catalogue = importlib.import_module(f"catalogue_ch{chapter}")
+    slow = set(getattr(catalogue, "TRAINING_CHECKS", ()))
+    return [(name, check, answer) for name, check, answer, _ in catalogue.WRONG if training or check not in slow]
+
+
+def passes_over_students(check, answer, keys: list[str]) -> list[str]:
+    """The keys on whose hidden cases (probes included) the wrong answer ``answer`` is not refused."""
+    passed = []
+    for key in keys:
+        try:
+            judge(check.declaration, LocalRespondent(check.declaration, answer), hidden=True, key=key)
+        except AssertionError:
+            continue  # refused, as it should be
+        passed.append(key)
+    return passed
+
+
 def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, str]]:
     """``[(key, first line of the message)]`` for every key on whose hidden cases ``answer`` fails."""
     failed = []
@@ -63,6 +85,31 @@ def trainings_over_students(check, answer, keys: list[str]) -> None:
               f"{passes} backward passes, reported accuracy {reported}")
 
 
+def grade_correct_answers(chapter: str, keys: list[str], training: bool) -> int:
+    """Print, per correct answer of ``chapter``, for how many keys it failed; return the failures in all."""
+    total = 0
+    for check, answer in correct_answers(chapter, training):
+        if check in getattr(importlib.import_module(f"catalogue_ch{chapter}"), "TRAINING_CHECKS", ()):
+            trainings_over_students(check, answer, keys)
+        failed = failures_over_students(check, answer, keys)
+        total += len(failed)
+        print(f"ch{chapter} {check.__name__}({answer.__name__}): failed {len(failed)} of {len(keys)} students")
+        for key, message in failed[:3]:
+            print(f"    {key}: {message}")
+    return total
+
+
+def grade_wrong_answers(chapter: str, keys: list[str], training: bool) -> int:
+    """Print, per wrong answer of ``chapter``, for how many keys it passed; return the passes in all."""
+    total = 0
+    for name, check, answer in wrong_answers(chapter, training):
+        passed = passes_over_students(check, answer, keys)
+        total += len(passed)
+        print(f"ch{chapter} {check.__name__} wrong: {name}: passed {len(passed)} of {len(keys)} students"
+              + (f" ({', '.join(passed[:3])}{', ...' if len(passed) > 3 else ''})" if passed else ""))
+    return total
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=500, help="keys to grade each answer for (default 500)")
@@ -73,20 +120,14 @@ def main() -> int:
         parser.error("--students must be at least 1")
     torch.set_num_threads(1)
     keys = [f"fairness-{i}" for i in range(options.students)]
-    total = 0
+    failed_in_all = passed_in_all = 0
     for chapter in options.chapters:
         started = time.monotonic()
-        for check, answer in correct_answers(chapter, options.training):
-            if check in getattr(importlib.import_module(f"catalogue_ch{chapter}"), "TRAINING_CHECKS", ()):
-                trainings_over_students(check, answer, keys)
-            failed = failures_over_students(check, answer, keys)
-            total += len(failed)
-            print(f"ch{chapter} {check.__name__}({answer.__name__}): failed {len(failed)} of {len(keys)} students")
-            for key, message in failed[:3]:
-                print(f"    {key}: {message}")
+        failed_in_all += grade_correct_answers(chapter, keys, options.training)
+        passed_in_all += grade_wrong_answers(chapter, keys, options.training)
         print(f"ch{chapter}: {time.monotonic() - started:.0f} s", flush=True)
-    print(f"correct answers failed {total} times in all")
-    return 1 if total else 0
+    print(f"correct answers failed {failed_in_all} times in all; wrong answers passed {passed_in_all} times in all")
+    return 1 if failed_in_all or passed_in_all else 0
 
 
 if __name__ == "__main__":

@@ -133,6 +133,15 @@ class _NoOutputProjection(MHA):
         return merge(self.drop(self.attention_weights) @ v)  # W_o forgotten
 
 
+class _HeadsMergedWithoutTranspose(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        _, self.attention_weights = attend(q, k, v, mask)
+        heads = self.drop(self.attention_weights) @ v  # (batch, heads, q, d)
+        # (batch, heads, q, d) -> (batch, q, heads·d) with no transpose: queries and heads mixed up
+        return self.W_o(heads.reshape(heads.size(0), heads.size(2), -1))
+
+
 class _MaskNotBroadcastOverHeads(MHA):
     def forward(self, queries, keys, values, mask=None):
         if mask is not None:
@@ -210,6 +219,8 @@ WRONG_AND_WHY = [
     ("merge by reshape without transpose", ch04.check_merge_heads, _merge_without_transpose, False,
      "the output: wrong values"),
     ("output projection forgotten", ch04.check_multi_head_attention, _NoOutputProjection, False,
+     "output: wrong values"),
+    ("heads merged back without the transpose", ch04.check_multi_head_attention, _HeadsMergedWithoutTranspose, False,
      "output: wrong values"),
     ("mask not broadcast over heads", ch04.check_multi_head_attention, _MaskNotBroadcastOverHeads, False,
      "output: wrong values"),

@@ -167,14 +167,20 @@ def _kernel_visible() -> list[Call]:
 
 
 def _kernel_hidden(seed: int) -> list[Call]:
-    """Random shapes of 1 to 3 dimensions, both dtypes; the boundary ±1 always in."""
+    """Random shapes of 1 to 3 dimensions, both dtypes; the boundary ±1 and a point beyond it always in.
+
+    The point beyond (|u| > 1, where compact kernels are 0) is there for every student, so that a
+    kernel not clamped to its support is caught whatever the draw.
+    """
     rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
     calls = []
     for dtype in (torch.float32, torch.float64):
         for _ in range(2):
-            shape = tuple(rng.randint(1, 5) for _ in range(rng.randint(1, 3)))
+            # 0 to 2 leading axes of 1 to 5, a last axis of 3 to 5: room for the three points below
+            shape = (*(rng.randint(1, 5) for _ in range(rng.randint(0, 2))), rng.randint(3, 5))
             u = torch.randn(shape, generator=g, dtype=dtype) * 2
             u.view(-1)[0], u.view(-1)[-1] = 1.0, -1.0  # |u| = 1 is inside the boxcar
+            u.view(-1)[1] = -round(rng.uniform(1.1, 3.0), 3)  # outside every compact kernel's support
             calls.append(Call(f"u of shape {tuple(u.shape)}, {dtype}", (u,)))
     return calls
 
@@ -204,10 +210,11 @@ def _pooling_visible() -> list[Call]:
 
 
 def _pooling_hidden(seed: int) -> list[Call]:
-    """Each course kernel on random data, always with an empty row and a tiny-sum row."""
+    """Each course kernel on random data, always with an empty row and a tiny-sum row; values
+    ``(k,)`` for two kernels and ``(k, v)`` for the other two, for every student."""
     rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
     calls = []
-    for kernel in (gaussian_kernel, boxcar_kernel, epanechnikov_kernel, laplace_kernel):
+    for index, kernel in enumerate((gaussian_kernel, boxcar_kernel, epanechnikov_kernel, laplace_kernel)):
         q, k = rng.randint(3, 9), rng.randint(3, 12)
         bandwidth = round(rng.uniform(0.3, 2.5), 3)
         dtype = rng.choice([torch.float32, torch.float64])
@@ -216,7 +223,7 @@ def _pooling_hidden(seed: int) -> list[Call]:
         queries[-1] = 40.0 * bandwidth  # far from every key: empty compact-support rows
         # 7 bandwidths beyond the last key: Gaussian kernel values of about 2e-11, not 0
         queries[-2] = keys.max() + 7.0 * bandwidth
-        values = torch.randn((k, rng.randint(1, 3)) if rng.random() < 0.5 else (k,), generator=g, dtype=dtype)
+        values = torch.randn((k, rng.randint(1, 3)) if index % 2 else (k,), generator=g, dtype=dtype)
         calls.append(_pooling_call(queries, keys, values, kernel, bandwidth))
     return calls
 

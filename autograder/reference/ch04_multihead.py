@@ -150,12 +150,17 @@ REFERENCES = {
 
 
 def _self_attention_calls(seeds) -> list[Call]:
-    """Sequences with 0 to 2 batch dimensions, value widths unlike key widths, several masks."""
+    """Sequences with 0 to 2 batch dimensions, value widths unlike key widths, several masks.
+
+    The first seed's keys are not as wide as the tokens: where they are, scaling by the tokens'
+    width gives the right scores, so every student's cases must hold keys of another width.
+    """
     calls = []
-    for seed in seeds:
+    for index, seed in enumerate(seeds):
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
         batch = tuple(rng.randint(1, 3) for _ in range(rng.randint(0, 2)))
         n, d, d_k, d_v = rng.randint(2, 7), rng.randint(2, 8), rng.randint(1, 6), rng.randint(1, 5)
+        d_k = d - 1 if index == 0 and d_k == d else d_k  # the draws that follow stay those of the seed
         X = torch.randn(*batch, n, d, generator=g)
         W_q, W_k, W_v = (torch.randn(d, w, generator=g) / math.sqrt(d) for w in (d_k, d_k, d_v))
         empty_row = torch.rand(n, n, generator=g) < 0.5
@@ -206,23 +211,34 @@ def _merge_calls(shapes) -> list[Call]:
 
 
 def _head_shapes(seed: int | None) -> list[tuple[int, int, int, int]]:
-    """``(batch, n, heads, head width)``; one head, and heads of width 1, always among them."""
+    """``(batch, n, heads, head width)``; one head, and heads of width 1, always among them.
+
+    Where there are several heads there are several tokens too: a split or merge by reshape
+    without the transpose (tokens and heads swapped) is right only when one of them is 1, so
+    every student's shapes defeat it.
+    """
     if seed is None:
         return [(1, 2, 2, 3), (2, 3, 4, 2), (1, 4, 1, 5), (2, 2, 3, 1)]
     rng = random.Random(seed)
-    return [(rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 6), rng.randint(2, 4)),
+    return [(rng.randint(1, 3), max(rng.randint(1, 5), 2), rng.randint(2, 6), rng.randint(2, 4)),
             (rng.randint(1, 3), rng.randint(1, 5), 1, rng.randint(1, 6)),
-            (rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 6), 1)]
+            (rng.randint(1, 3), max(rng.randint(1, 5), 2), rng.randint(2, 6), 1)]
 
 
 def _module_calls(seeds) -> list[Call]:
-    """Self- and cross-attention, 1 to 4 heads, masks of every broadcast shape, with and without bias."""
+    """Self- and cross-attention, 1 to 4 heads, masks of every broadcast shape, with and without bias.
+
+    With several heads there are always several queries: heads merged back without the
+    transpose (``(batch, heads, q, d)`` reshaped straight to ``(batch, q, heads·d)``) are right
+    only for one head or one query, so every student's cases defeat them.
+    """
     calls = []
     for index, seed in enumerate(seeds):
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
         heads = (1, 2, 4)[index % 3]
         num_hiddens = heads * rng.randint(1, 4)
         batch, q, k = rng.randint(1, 3), rng.randint(1, 5), rng.randint(2, 6)
+        q = q if heads == 1 else max(q, 2)  # the draws that follow stay those of the seed
         bias = index % 2 == 1
         queries, keys, values = (torch.randn(batch, n, num_hiddens, generator=g) for n in (q, k, k))
         weights = {name: torch.randn(num_hiddens, num_hiddens, generator=g) / math.sqrt(num_hiddens)

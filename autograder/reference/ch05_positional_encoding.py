@@ -154,8 +154,10 @@ def _table_calls(sizes) -> list[Call]:
 
 
 def _table_hidden(seed: int) -> list[Call]:
+    """One position of width 2, then random tables; the last is at least 4 wide for every student,
+    since with a single frequency (width 2) an exponent of i/d gives what 2i/d gives."""
     rng = random.Random(seed)
-    return _table_calls([(1, 2), (rng.randint(2, 60), 2 * rng.randint(1, 20)), (rng.randint(400, 1200), 2 * rng.randint(1, 64))])
+    return _table_calls([(1, 2), (rng.randint(2, 60), 2 * rng.randint(1, 20)), (rng.randint(400, 1200), 2 * max(rng.randint(1, 64), 2))])
 
 
 def _module_calls(seeds) -> list[Call]:
