@@ -376,51 +376,101 @@ def check_beam_search(fn, hidden: bool = False) -> None:
 
 
 # --------------------------------------------------------------------------------------
-# Sampling with temperature and top-k
+# Sampling with temperature, top-k and top-p
 # --------------------------------------------------------------------------------------
 
 
 def _sampled(sample):
-    """``(logits (rows, vocab), temperature, top_k, seed, draws) -> tokens (draws, rows)``: one
-    call on ``draws`` copies of the logits, with a generator seeded with ``seed``."""
+    """``(logits (rows, vocab), temperature, top_k, seed, draws, top_p=...) -> tokens (draws, rows)``: one
+    call on ``draws`` copies of the logits, with a generator seeded with ``seed`` (``top_p`` passed where given)."""
 
-    def run(logits, temperature, top_k, seed, draws):
+    def run(logits, temperature, top_k, seed, draws, **top_p):
         generator = torch.Generator(device=logits.device).manual_seed(seed)
         # (rows, vocab) -> (draws, rows, vocab): the same distributions, draws times
-        return sample(logits.expand(draws, *logits.shape), temperature, top_k, generator)
+        return sample(logits.expand(draws, *logits.shape), temperature, top_k, generator, **top_p)
 
     return run
 
 
-def _expected_distribution(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
-    """``softmax(logits / temperature)`` over the ``top_k`` largest logits: ``(rows, vocab)``."""
+def _mass_above(p: torch.Tensor) -> torch.Tensor:
+    """For each token, the probability of the tokens more probable than it: ``(rows, vocab) -> (rows, vocab)``."""
+    # (rows, 1, vocab) against (rows, vocab, 1) -> (rows, vocab, vocab), summed over the other tokens
+    return (p[..., None, :] * (p[..., None, :] > p[..., :, None])).sum(dim=-1)
+
+
+def _expected_distributions(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None):
+    """``(cut, p)``, both ``(rows, vocab)`` float64: ``softmax(logits / temperature)`` over the ``top_k``
+    largest logits, and the same kept to the nucleus of ``top_p`` and renormalised (``top_p=None``: the same)."""
     scaled = logits.double() / temperature
     if top_k is not None:
         kth = scaled.topk(top_k, dim=-1).values[..., -1:]  # (rows, 1)
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    return torch.softmax(scaled, dim=-1)
+    cut = torch.softmax(scaled, dim=-1)
+    if top_p is None:
+        return cut, cut
+    nucleus = cut * (_mass_above(cut) < top_p)  # the crossing token has less than top_p above it: kept
+    return cut, nucleus / nucleus.sum(dim=-1, keepdim=True)
+
+
+def _first(where: torch.Tensor) -> tuple[int, int]:
+    """``(row, token)`` of the first ``True`` of a ``(rows, vocab)`` mask."""
+    row, token = where.nonzero()[0].tolist()
+    return row, token
+
+
+def _words(setting: dict) -> tuple[str, str]:
+    """``(the arguments, the distribution)`` of a case in words, for messages."""
+    said = ", ".join(f"{name}={value}" for name, value in setting.items() if name != "draws" and value is not None)
+    nucleus = "" if setting["top_p"] is None else " and the nucleus of top_p"
+    return said, f"softmax(logits / temperature) over the top_k{nucleus}"
+
+
+def _expect_support(case: Case, frequencies, cut, p, setting: dict) -> None:
+    """Nothing drawn outside the top k and the nucleus, and every token of probability ≥ 30 / draws
+    drawn (a correct sampler misses one in e^30): messages that say which rule is broken."""
+    draws, top_k, top_p = setting["draws"], setting["top_k"], setting["top_p"]
+    said, source = _words(setting)
+    above = _mass_above(cut)  # (rows, vocab): renormalised over the top k
+    if ((frequencies > 0) & (cut == 0)).any():
+        row, token = _first((frequencies > 0) & (cut == 0))
+        case.fail(f"draws a token outside the top_k={top_k} largest logits (token {token} of row {row}; {said})")
+    if ((frequencies > 0) & (p == 0)).any():
+        row, token = _first((frequencies > 0) & (p == 0))
+        renormalised = "" if top_k is None else ", renormalised over the top_k,"
+        case.fail(f"draws token {token} of row {row}, outside the nucleus of top_p={top_p}: in softmax(logits / "
+                  f"temperature){renormalised} the tokens more probable than it already hold {above[row, token]:.3f}"
+                  f" ≥ top_p ({said})")
+    missed = (frequencies == 0) & (p * draws >= 30)
+    if missed.any():
+        row, token = _first(missed)
+        crossing = top_p is not None and above[row, token] + cut[row, token] >= top_p
+        case.fail(f"token {token} of row {row} is never drawn; {source} gives it {p[row, token]:.3f} ({said})"
+                  + (f". It is the token that crosses top_p: the tokens more probable than it hold "
+                     f"{above[row, token]:.3f} < top_p, {above[row, token] + cut[row, token]:.3f} with it, and the "
+                     f"nucleus includes it" if crossing else ""))
 
 
 def _expect_distribution(case: Case, args, kwargs, tokens) -> None:
-    """The argmax at temperature 0; otherwise nothing outside the top k, and frequencies within 6
-    standard errors (plus two draws) of the probabilities: a correct sampler fails one comparison in about
-    500 million, a wrong temperature or a missing top-k fails at once."""
+    """The argmax at temperature 0; otherwise nothing outside the top k and the nucleus of top p, and
+    frequencies within 6 standard errors (plus two draws) of the probabilities: a correct sampler fails one
+    comparison in about 500 million, a wrong temperature, top-k or top-p fails at once."""
     logits, temperature, top_k, _, draws = args
+    top_p = kwargs.get("top_p")
     case.expect_tensor("the tokens", tokens, shape=(draws, logits.shape[0]), dtype=torch.int64, device="cpu")
     if temperature == 0:
         case.check(bool((tokens == logits.argmax(dim=-1)).all()), "at temperature 0 every token should be the argmax")
         return
     case.check(bool(((tokens >= 0) & (tokens < logits.shape[-1])).all()), "a token id outside the vocabulary")
-    p = _expected_distribution(logits, temperature, top_k)  # (rows, vocab)
+    cut, p = _expected_distributions(logits, temperature, top_k, top_p)  # (rows, vocab) each
     frequencies = F.one_hot(tokens, logits.shape[-1]).double().mean(dim=0)  # (draws, rows, vocab) -> (rows, vocab)
-    outside = (frequencies > 0) & (p == 0)
-    case.check(not outside.any(), f"draws a token outside the top_k={top_k} largest logits")
+    setting = {"temperature": temperature, "top_k": top_k, "top_p": top_p, "draws": draws}
+    _expect_support(case, frequencies, cut, p, setting)
     allowed = 6 * (p * (1 - p) / draws).sqrt() + 2 / draws
     error = (frequencies - p).abs()
     row, token = (int(i) for i in torch.unravel_index((error - allowed).argmax(), error.shape))
-    case.check(bool((error <= allowed).all()),
-               f"token {token} of row {row} is drawn {frequencies[row, token]:.3f} of the time; softmax(logits / "
-               f"temperature) over the top_k gives it {p[row, token]:.3f} (temperature={temperature}, top_k={top_k})")
+    said, source = _words(setting)
+    case.check(bool((error <= allowed).all()), f"token {token} of row {row} is drawn {frequencies[row, token]:.3f} "
+               f"of the time; {source} gives it {p[row, token]:.3f} ({said})")
 
 
 def _seeds_used(sample):
@@ -449,17 +499,19 @@ SAMPLE = Part("sample_next", CHAPTER, arguments=("logits",), adapt=_sampled, com
 @checks(SAMPLE)
 def check_sample_next(fn, hidden: bool = False) -> None:
     """Draw thousands of tokens with a seeded generator: argmax at temperature 0, frequencies that
-    match softmax(logits / temperature) over the top k, and the generator used."""
+    match softmax(logits / temperature) over the top k and then the nucleus of top p, and the
+    generator used."""
 
 
 def _bad_sampling() -> list[tuple[str, tuple, dict]]:
     logits = torch.randn(2, 5)
-    return [("temperature", (logits,), {"temperature": -1.0}), ("top_k", (logits,), {"top_k": 0})]
+    return [("temperature", (logits,), {"temperature": -1.0}), ("top_k", (logits,), {"top_k": 0}),
+            ("top_p", (logits,), {"top_p": 0.0}), ("top_p", (logits,), {"top_p": 1.5})]
 
 
 @checks(ArgumentCheck("sample_next", CHAPTER, _bad_sampling))
 def check_sample_next_arguments(fn, hidden: bool = False) -> None:
-    """A negative temperature or a ``top_k`` below 1 raises ``ValueError``."""
+    """A negative temperature, a ``top_k`` below 1 or a ``top_p`` outside (0, 1] raises ``ValueError``."""
 
 
 # --------------------------------------------------------------------------------------
@@ -508,7 +560,7 @@ def check_grouped_query_attention(cls, hidden: bool = False) -> None:
 @checks(ArgumentCheck("GroupedQueryAttention", CHAPTER, lambda: [("num_kv_heads", (16, 8), {"num_kv_heads": 3}),
                                                                   ("num_kv_heads", (16, 4), {"num_kv_heads": 0})]))
 def check_grouped_query_attention_arguments(cls, hidden: bool = False) -> None:
-    """``num_kv_heads`` that does not divide ``num_heads`` raises ``ValueError``."""
+    """``num_kv_heads`` that is not a positive divisor of ``num_heads`` (3 of 8, or 0) raises ``ValueError``."""
 
 
 # --------------------------------------------------------------------------------------

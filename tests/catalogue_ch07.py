@@ -81,11 +81,28 @@ def beam(log_prob_fn, bos_id, eos_id, beam_size, max_len, keep_finished=True):
     return torch.tensor(best[0]), best[1]
 
 
-def sample(logits, temperature=1.0, top_k=None, generator=None, use_top_k=True, divide=True, draw=True):
+def nucleus_by_sorting(p, top_p, z=None):
+    """Kept tokens (..., vocab) bool: sorted, a token goes once the tokens before it hold more than top_p."""
+    sorted_p, order = p.sort(-1, descending=True)
+    total = sorted_p.cumsum(-1)
+    drop = torch.cat([torch.zeros_like(total[..., :1], dtype=torch.bool), total[..., :-1] > top_p], -1)
+    return ~drop.gather(-1, order.argsort(-1))  # sorted order -> vocabulary order
+
+
+def nucleus_without_sorting(p, top_p, z=None):
+    """Kept tokens (..., vocab) bool: the mass of the tokens at least as probable, itself left out, below top_p."""
+    at_least = (p[..., None, :] >= p[..., :, None]).to(p.dtype)  # (..., vocab, vocab): [i, j] = p_j >= p_i
+    return torch.einsum("...ij,...j->...i", at_least, p) - p < top_p
+
+
+def sample(logits, temperature=1.0, top_k=None, generator=None, top_p=None, use_top_k=True, divide=True, draw=True,
+           keep=nucleus_by_sorting, check_top_p=True):
     if temperature < 0:
         raise ValueError("temperature must not be negative")
     if top_k is not None and top_k < 1:
         raise ValueError("top_k must be at least 1")
+    if check_top_p and top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if temperature == 0:
         return logits.argmax(-1)
     z = logits / temperature if divide else logits * temperature
@@ -93,19 +110,25 @@ def sample(logits, temperature=1.0, top_k=None, generator=None, use_top_k=True, 
         threshold = torch.topk(z, min(top_k, z.size(-1)), dim=-1).values[..., -1:]
         z = torch.where(z >= threshold, z, torch.full_like(z, -math.inf))
     p = z.softmax(-1)
+    if top_p is not None:
+        p = torch.where(keep(p, top_p, z), p, torch.zeros_like(p))
     if not draw:
         return p
     flat = p.reshape(-1, p.size(-1))
     return torch.multinomial(flat, 1, generator=generator).view(p.shape[:-1])
 
 
-def sample_by_inverse_cdf(logits, temperature=1.0, top_k=None, generator=None):
+def sample_unsorted_nucleus(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator, top_p, keep=nucleus_without_sorting)
+
+
+def sample_by_inverse_cdf(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
     """Correct, with other draws than torch.multinomial's: a uniform number against the cumulative sum."""
-    if temperature < 0 or (top_k is not None and top_k < 1):
-        raise ValueError(f"temperature {temperature} must be >= 0 and top_k {top_k} >= 1")
+    if temperature < 0 or (top_k is not None and top_k < 1) or (top_p is not None and not 0 < top_p <= 1):
+        raise ValueError(f"temperature {temperature} must be >= 0, top_k {top_k} >= 1 and top_p {top_p} in (0, 1]")
     if temperature == 0:
         return logits.argmax(-1)
-    p = sample(logits, temperature, top_k, generator=None, draw=False)  # (..., vocab)
+    p = sample(logits, temperature, top_k, None, top_p, draw=False)  # (..., vocab)
     cumulative = p.cumsum(-1)  # (..., vocab); a token of probability 0 adds an empty interval
     u = torch.rand(p.shape[:-1] + (1,), generator=generator, device=p.device, dtype=p.dtype) * cumulative[..., -1:]
     return (cumulative <= u).sum(-1).clamp(max=p.size(-1) - 1)  # token j when c[j-1] <= u < c[j]
@@ -169,6 +192,8 @@ CORRECT = [  # (check, a correct answer, the autograder's reference, which must 
     (ch07.check_beam_search, beam, ref07.beam_search),
     (ch07.check_sample_next, sample, ref07.sample_next),
     (ch07.check_sample_next, sample_by_inverse_cdf, ref07.sample_next),
+    (ch07.check_sample_next, sample_unsorted_nucleus, ref07.sample_next),
+    (ch07.check_sample_next_arguments, sample_by_inverse_cdf, ref07.sample_next),
     (ch07.check_sample_next_arguments, sample, ref07.sample_next),
     (ch07.check_grouped_query_attention, GQA, ref07.GroupedQueryAttention),
     (ch07.check_grouped_query_attention_arguments, GQA, ref07.GroupedQueryAttention),
@@ -239,6 +264,36 @@ def _finished_pooled_outside_the_beam(log_prob_fn, bos_id, eos_id, beam_size, ma
     return torch.tensor(best[0]), best[1]
 
 
+def _pooled_as_libraries_do(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    """Beam search as Hugging Face's BeamSearchScorer and fairseq run it, without a length penalty.
+
+    The live hypotheses' extensions are ranked; one that ends in ``eos_id`` joins a pool of
+    finished ones only if it ranks among the ``beam_size`` best of the step (further down it is
+    dropped), and the ``beam_size`` best unfinished ones go on. The pool keeps its
+    ``beam_size`` best; the live ones join it at ``max_len``; the search stops early once the
+    pool is full and nothing live can beat its worst (scores only fall).
+    """
+    live, pool = [((bos_id,), 0.0)], []
+    while live:
+        lp = log_prob_fn(torch.tensor([h for h, _ in live]))  # (live, vocab)
+        ranked = sorted(((h + (v,), s + float(lp[i, v])) for i, (h, s) in enumerate(live) for v in range(lp.size(-1))),
+                        key=lambda c: c[1], reverse=True)
+        for rank, candidate in enumerate(ranked):
+            if candidate[0][-1] == eos_id and rank < beam_size:
+                pool = _keep_best(pool + [candidate], beam_size)
+        live = [c for c in ranked if c[0][-1] != eos_id][:beam_size]
+        if len(pool) == beam_size and min(s for _, s in pool) >= ranked[0][1]:
+            break  # a full pool that no live hypothesis can beat
+        if live and len(live[0][0]) >= max_len:
+            pool, live = _keep_best(pool + live, beam_size), []  # the live ones are finished at max_len
+    best = max(pool, key=lambda c: c[1])
+    return torch.tensor(best[0]), best[1]
+
+
+def _keep_best(pool, size):
+    return sorted(pool, key=lambda c: c[1], reverse=True)[:size]
+
+
 def _greedy_instead_of_beam(log_prob_fn, bos_id, eos_id, beam_size, max_len):
     return beam(log_prob_fn, bos_id, eos_id, 1, max_len)
 
@@ -248,16 +303,47 @@ def _mean_score(log_prob_fn, bos_id, eos_id, beam_size, max_len):
     return tokens, score / (len(tokens) - 1)  # a length-normalised score, not the contract's sum
 
 
-def _ignores_top_k(logits, temperature=1.0, top_k=None, generator=None):
-    return sample(logits, temperature, top_k, generator, use_top_k=False)
+def _ignores_top_k(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator, top_p, use_top_k=False)
 
 
-def _temperature_multiplies(logits, temperature=1.0, top_k=None, generator=None):
-    return sample(logits, temperature, top_k, generator, divide=False)
+def _temperature_multiplies(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator, top_p, divide=False)
 
 
-def _global_generator(logits, temperature=1.0, top_k=None, generator=None):
-    return sample(logits, temperature, top_k, None)  # the generator argument unused
+def _global_generator(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, None, top_p)  # the generator argument unused
+
+
+def _ignores_top_p(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator)
+
+
+def _without_crossing_token(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    def keep(p, top_p, z):  # the tokens whose cumulative probability, their own included, stays within top_p
+        sorted_p, order = p.sort(-1, descending=True)
+        within = sorted_p.cumsum(-1) <= top_p
+        within[..., 0] = True  # the most probable token at least
+        return within.gather(-1, order.argsort(-1))
+    return sample(logits, temperature, top_k, generator, top_p, keep=keep)
+
+
+def _nucleus_before_the_cut(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator, top_p,  # the whole vocabulary's probabilities
+                  keep=lambda p, top_p, z: nucleus_by_sorting((logits / temperature).softmax(-1), top_p))
+
+
+def _nucleus_before_the_temperature(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator, top_p,
+                  keep=lambda p, top_p, z: nucleus_by_sorting((z * temperature).softmax(-1), top_p))
+
+
+def _top_p_of_the_logits(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator, top_p, keep=lambda p, top_p, z: nucleus_by_sorting(z, top_p))
+
+
+def _top_p_unchecked(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    return sample(logits, temperature, top_k, generator, top_p, check_top_p=False)
 
 
 class _GroupsInTheWrongOrder(GQA):
@@ -308,6 +394,8 @@ WRONG_AND_WHY = [
      "not the best hypothesis the beam keeps"),
     ("finished hypotheses pooled outside the beam", ch07.check_beam_search, _finished_pooled_outside_the_beam, False,
      "not the best hypothesis the beam keeps"),
+    ("finished hypotheses pooled as libraries do, no length penalty", ch07.check_beam_search, _pooled_as_libraries_do,
+     False, "not the best hypothesis the beam keeps"),
     ("length-normalised score", ch07.check_beam_search, _mean_score, False,
      "the score should be the hypothesis' summed log-probability"),
     ("sampling ignores top-k", ch07.check_sample_next, _ignores_top_k, False, "draws a token outside the top_k"),
@@ -315,6 +403,16 @@ WRONG_AND_WHY = [
      "softmax(logits / temperature)"),
     ("generator unused", ch07.check_sample_next, _global_generator, False,
      "the same generator seed gives different tokens"),
+    ("top-p ignored", ch07.check_sample_next, _ignores_top_p, False, "outside the nucleus"),
+    ("nucleus without the token that crosses top_p", ch07.check_sample_next, _without_crossing_token, False,
+     "It is the token that crosses top_p"),
+    ("nucleus before the top-k cut (not renormalised)", ch07.check_sample_next, _nucleus_before_the_cut, False,
+     "outside the nucleus"),
+    ("nucleus before the temperature", ch07.check_sample_next, _nucleus_before_the_temperature, False,
+     "the nucleus of top_p"),
+    ("top-p on the logits, not the probabilities", ch07.check_sample_next, _top_p_of_the_logits, False,
+     "the nucleus of top_p"),
+    ("top_p outside (0, 1] accepted", ch07.check_sample_next_arguments, _top_p_unchecked, False, "naming `top_p`"),
     ("groups mapped in the wrong order", ch07.check_grouped_query_attention, _GroupsInTheWrongOrder, False,
      "the output: wrong values"),
     ("keys and values as wide as the queries", ch07.check_grouped_query_attention, _WideKeys, False, "output features"),

@@ -175,14 +175,18 @@ def _done(tokens: list[int], eos_id: int, max_len: int) -> bool:
 
 
 def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw the next token from ``softmax(logits / temperature)`` over the ``top_k`` largest logits (book, chapter 7).
+                generator: torch.Generator | None = None, top_p: float | None = None) -> torch.Tensor:
+    """Draw the next token from ``softmax(logits / temperature)``, cut to the ``top_k`` largest logits
+    and then to the nucleus of ``top_p`` (book, chapter 7).
 
     Args:
-        logits: ``(..., vocab)``.
+        logits: ``(..., vocab)``, any number of leading axes.
         temperature: ``0`` gives the argmax; larger flattens the distribution.
         top_k: keep only the ``top_k`` largest logits, or ``None`` for all.
         generator: the source of randomness, for reproducible draws.
+        top_p: in (0, 1]: then keep only the smallest set of most probable tokens whose probability,
+            renormalised after the top-k cut, reaches ``top_p`` (the token that crosses it included);
+            ``None`` for all.
 
     Returns:
         ``(...)`` int64 token ids.
@@ -191,15 +195,32 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         raise ValueError(f"temperature must be ≥ 0, got {temperature}")
     if top_k is not None and top_k < 1:
         raise ValueError(f"top_k must be ≥ 1 or None, got {top_k}")
+    if top_p is not None and not 0 < top_p <= 1:
+        raise ValueError(f"top_p must lie in (0, 1] or be None, got {top_p}")
     if temperature == 0:
         return logits.argmax(dim=-1)
     scaled = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
         kth = scaled.topk(top_k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-    probabilities = torch.softmax(scaled, dim=-1).flatten(0, -2)  # (..., vocab) -> (rows, vocab)
-    drawn = torch.multinomial(probabilities, 1, generator=generator)  # (rows, 1)
-    return drawn.reshape(logits.shape[:-1])
+    probabilities = torch.softmax(scaled, dim=-1)  # (..., vocab), renormalised over the top-k
+    if top_p is not None:
+        probabilities = probabilities * _nucleus(probabilities, top_p)
+    rows = probabilities.flatten(0, -2)  # (..., vocab) -> (rows, vocab): multinomial takes 2-D at most
+    drawn = torch.multinomial(rows, 1, generator=generator)  # (rows, 1)
+    return drawn.reshape(logits.shape[:-1])  # (rows, 1) -> (...)
+
+
+def _nucleus(probabilities: torch.Tensor, top_p: float) -> torch.Tensor:
+    """The nucleus of ``top_p``: ``(..., vocab)`` probabilities -> ``(..., vocab)`` bool, ``True`` = kept.
+
+    In order of decreasing probability, a token is kept while the tokens before it hold less than
+    ``top_p``: so the token that crosses ``top_p`` is kept, and the most probable one always is.
+    """
+    descending, order = probabilities.sort(dim=-1, descending=True)  # (..., vocab) each
+    before = descending.cumsum(dim=-1) - descending  # (..., vocab): probability of the tokens ranked above
+    kept = before < top_p  # (..., vocab), in sorted order
+    return kept.scatter(-1, order, kept)  # back to vocabulary order: kept[..., order[j]] = kept[..., j]
 
 
 # --------------------------------------------------------------------------------------
@@ -277,6 +298,7 @@ def train_reversal_decoder(seed: int = 0, steps: int = 150, batch_size: int = 12
     positions in one pass.
 
     Args:
+        steps: at least 1; Adam at a rate of 3e-3 under :func:`_schedule`.
         num_kv_heads: key/value heads of the model (``None``: one per query head).
         log: called as ``log(step, loss)`` at every step, or ``None``.
 
@@ -284,11 +306,13 @@ def train_reversal_decoder(seed: int = 0, steps: int = 150, batch_size: int = 12
         ``(model, accuracy)``: the model in evaluation mode, and the per-token accuracy of
         its greedy answers to 1000 prompts drawn from another generator.
     """
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = TinyDecoder(num_hiddens=32, num_heads=4, num_layers=2, max_len=SEQUENCE_LENGTH, num_kv_heads=num_kv_heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps, pct_start=0.2)
+    schedule = _schedule(optimizer, steps)
     for step in range(steps):
         prompts, answers = make_reversal_batch(batch_size, generator)
         tokens = torch.cat([prompts, answers], dim=1)  # (batch, 2·NUM_DIGITS + 1)
@@ -303,6 +327,15 @@ def train_reversal_decoder(seed: int = 0, steps: int = 150, batch_size: int = 12
             log(step, loss.item())
     model.eval()
     return model, reversal_accuracy(model, *make_reversal_batch(1000, torch.Generator().manual_seed(seed + 10_000)))
+
+
+def _schedule(optimizer, steps: int):
+    """The learning rate over ``steps`` steps: from 10 steps on, one cycle (a fifth of the steps
+    warming up to 3e-3, the rest annealing towards 0); with fewer, the warm-up would last under 2
+    steps (``OneCycleLR`` divides by zero at 5), so the rate stays at 3e-3."""
+    if steps < 10:
+        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=3e-3, total_steps=steps, pct_start=0.2)
 
 
 REFERENCES = {
@@ -328,16 +361,22 @@ def _batch_shape(rng: random.Random, index: int) -> tuple[int, ...]:
 
 
 def _loss_calls(seeds) -> list[Call]:
-    """Random logits and tokens; padding at the end of some sequences, with and without pad_id."""
+    """Random logits and tokens; padding at the end of some sequences, with and without pad_id.
+
+    The first seed's sequences are at least 3 long and the last of them ends in padding, so
+    that every key's cases hold a padded target (a loss that counts padding is caught)."""
     calls = []
-    for seed in seeds:
+    for index, seed in enumerate(seeds):
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
         batch, n, vocab = rng.randint(1, 4), rng.randint(2, 7), rng.randint(3, 9)
+        n = max(n, 3) if index == 0 else n
         logits = torch.randn(batch, n, vocab, generator=g) * 2
         tokens = torch.randint(0, vocab, (batch, n), generator=g)
         pad = vocab - 1
         padded = tokens.masked_fill(torch.arange(n) >= torch.randint(2, n + 1, (batch, 1), generator=g), pad)
         padded[0, 1] = 0  # at least one target that is not padding
+        if index == 0:
+            padded[-1, -1] = pad  # and at least one that is
         calls.append(Call(f"logits {tuple(logits.shape)}, tokens {tuple(tokens.shape)}", (logits, tokens)))
         calls.append(Call(f"logits {tuple(logits.shape)}, tokens {tuple(tokens.shape)} padded at the end with "
                           f"pad_id={pad}", (logits, padded), {"pad_id": pad}))
@@ -350,12 +389,14 @@ def _sequence(g: torch.Generator, batch: tuple, n: int, d: int, v: int):
 
 def _stepped_calls(seeds, windowed: bool) -> list[Call]:
     """Sequences of 1 to 7 positions (4 to 9 with windows of 1, of less than the sequence and of
-    more), with 0 to 2 leading axes, to be fed one position at a time."""
+    more), with 0 to 2 leading axes, to be fed one position at a time. The first seed's sequence
+    has at least 2 positions, so that every key's cases use the cache."""
     calls = []
     for index, seed in enumerate(seeds):
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
         batch = _batch_shape(rng, index)
         n, d, v = rng.randint(4, 9) if windowed else rng.randint(1, 7), rng.randint(1, 8), rng.randint(1, 5)
+        n = max(n, 2) if index == 0 else n
         queries, keys, values = _sequence(g, batch, n, d, v)
         for window in (1, rng.randint(2, n - 1), n + 2) if windowed else (None,):
             extra = () if window is None else (window,)
@@ -414,47 +455,66 @@ def _greedy_calls(seeds) -> list[Call]:
 
 def _telling(table: torch.Tensor, bos: int, eos: int, max_len: int) -> bool:
     """Whether, on ``table``, greedy search misses the best sequence, and a beam of 2 or 3 finds
-    another hypothesis than a common variant of the contract's rule, which sets finished
-    hypotheses aside outside the beam (:func:`_pooled_beam`). (A search that stops once its
-    best hypothesis is finished needs no case: scores only fall as hypotheses grow, so it
-    returns what the contract's rule returns.)"""
+    another hypothesis than each known variant of the contract's rule that sets finished
+    hypotheses aside outside the beam (:func:`_pooled_beam`, both ways). Every table of a
+    student's cases is drawn so, so each variant is wrong for every student, not for some.
+    (A search that stops once its best hypothesis is finished needs no case: scores only
+    fall as hypotheses grow, so it returns what the contract's rule returns.)"""
     log_prob_fn = table_log_probs(table)
+    found = {beam: beam_search(log_prob_fn, bos, eos, beam, max_len)[0] for beam in (2, 3)}
+    if not all(any(not torch.equal(_pooled_beam(log_prob_fn, bos, eos, beam, max_len, as_libraries), tokens)
+                   for beam, tokens in found.items())
+               for as_libraries in (True, False)):  # the libraries' variant first: it is the rarer to tell apart
+        return False
     greedy, _ = beam_search(log_prob_fn, bos, eos, 1, max_len)
     best, _ = beam_search(log_prob_fn, bos, eos, table.shape[-1] ** max_len, max_len)
-    if torch.equal(greedy, best):
-        return False
-    found = {beam: beam_search(log_prob_fn, bos, eos, beam, max_len)[0] for beam in (2, 3)}
-    return any(not torch.equal(_pooled_beam(log_prob_fn, bos, eos, beam, max_len), tokens)
-               for beam, tokens in found.items())
+    return not torch.equal(greedy, best)
 
 
-def _pooled_beam(log_prob_fn, bos: int, eos: int, beam_size: int, max_len: int) -> torch.Tensor:
+def _pooled_beam(log_prob_fn, bos: int, eos: int, beam_size: int, max_len: int,
+                 as_libraries: bool = False) -> torch.Tensor:
     """The best sequence of a beam search whose finished hypotheses leave the beam for a pool,
-    the ``beam_size`` best unfinished ones going on: not the contract's rule (for choosing cases)."""
+    the ``beam_size`` best unfinished ones going on: not the contract's rule (for choosing cases).
+
+    ``as_libraries``: as Hugging Face's ``BeamSearchScorer`` and fairseq do (without a length
+    penalty), a finished hypothesis is pooled only if it ranks among the ``beam_size`` best
+    candidates of its step, and dropped further down; otherwise every finished one is pooled.
+    The libraries' pool of ``beam_size`` best and their early stop (once the full pool's worst
+    beats every live hypothesis) change nothing of which hypothesis is best, so they are left out.
+    """
     beam, pool = [([bos], 0.0)], []
     while beam:
-        log_probs = log_prob_fn(torch.tensor([tokens for tokens, _ in beam]))
+        log_probs = log_prob_fn(torch.tensor([tokens for tokens, _ in beam]))  # (beam, vocab)
         candidates = sorted(((tokens + [token], score + log_probs[row, token].item())
                              for row, (tokens, score) in enumerate(beam) for token in range(log_probs.shape[-1])),
                             key=lambda hypothesis: -hypothesis[1])
-        pool += [h for h in candidates if _done(h[0], eos, max_len)]
+        pool += [h for rank, h in enumerate(candidates)
+                 if _done(h[0], eos, max_len) and (rank < beam_size or not as_libraries)]
         beam = [h for h in candidates if not _done(h[0], eos, max_len)][:beam_size]
     return torch.tensor(max(pool, key=lambda hypothesis: hypothesis[1])[0])
 
 
 def _beam_calls(seeds) -> list[Call]:
     """Random next-token tables over 3-4 tokens on which greedy search is wrong and common variants
-    of the rule go astray (:func:`_telling`); beams of 1, 2, 3 and one large enough to be exact."""
+    of the rule go astray (:func:`_telling`); beams of 1, 2, 3 and one large enough to be exact.
+
+    Hypotheses are 4 or 5 tokens long: at 3, pooling finished hypotheses as libraries do finds
+    what the contract's rule finds on every table (the one more live hypothesis it keeps is
+    already worse than the finished one it makes room for, and has one step left); about one
+    table in 125 tells it apart at 4, one in 50 at 5, so a few hundred are drawn per table kept.
+    """
     calls = []
     for seed in seeds:
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
-        vocab, max_len = rng.randint(3, 4), rng.randint(3, 5)
+        vocab, max_len = rng.randint(3, 4), rng.randint(4, 5)
         bos, eos = 0, vocab - 1
         for _ in range(10_000):  # tables are redrawn until they tell the rules of the search apart
             # (step, last token, next token): log-probabilities of the next token
             table = torch.log_softmax(torch.randn(max_len - 1, vocab, vocab, generator=g, dtype=torch.float64), -1)
             if _telling(table, bos, eos, max_len):
                 break
+        else:
+            raise RuntimeError(f"no table of seed {seed} tells the rules of beam search apart")
         for beam_size in (1, 2, 3, vocab ** max_len):
             calls.append(Call(f"a table of log-probabilities {tuple(table.shape)} (step, last token, next token), "
                               f"bos_id={bos}, eos_id={eos}, beam_size={beam_size}, max_len={max_len}",
@@ -463,18 +523,115 @@ def _beam_calls(seeds) -> list[Call]:
 
 
 def _sampling_calls(seeds) -> list[Call]:
-    """Temperature 0, below 1, 1 and above; top_k None, 1 and a few; 10000 draws per row."""
+    """Temperature 0, below 1, 1 and above; top_k None, 1 and a few; top_p None, 1 and nuclei that
+    tell common mistakes apart (:func:`_nucleus_cases`); 10000 draws per row."""
     calls = []
     for seed in seeds:
         rng, g = random.Random(seed), torch.Generator().manual_seed(seed)
         rows, vocab = rng.randint(1, 3), rng.randint(4, 8)
         logits = torch.randn(rows, vocab, generator=g) * 1.5
-        for temperature, top_k in ((0.0, None), (1.0, None), (0.5, rng.randint(2, vocab - 1)), (2.0, None),
-                                   (1.5, rng.randint(2, vocab - 1)), (1.0, 1)):
+        settings = [(logits, temperature, top_k, None) for temperature, top_k in (
+            (0.0, None), (1.0, None), (0.5, rng.randint(2, vocab - 1)), (2.0, None),
+            (1.5, rng.randint(2, vocab - 1)), (1.0, 1))]
+        for logits, temperature, top_k, top_p in settings + _nucleus_cases(rng, g, rows, vocab):
+            said, options = ("", {}) if top_p is None else (f", top_p={top_p}", {"top_p": top_p})
             calls.append(Call(f"logits {tuple(logits.shape)} repeated 10000 times, so logits (10000, {rows}, {vocab}) "
-                              f"in one call, temperature={temperature}, top_k={top_k}, a generator seeded with {seed}",
-                              (logits, temperature, top_k, seed, 10_000)))
+                              f"in one call, temperature={temperature}, top_k={top_k}{said}, a generator seeded with "
+                              f"{seed}", (logits, temperature, top_k, seed, 10_000), options))
     return calls
+
+
+#: How far every cumulative probability lies from a graded ``top_p``, and the crossing token's
+#: probability from the next one's: far above float rounding, so a correct nucleus never differs.
+NUCLEUS_MARGIN = 0.01
+#: A mistake is told apart when its nucleus gains or loses a token this probable: drawn or
+#: missed hundreds of times in 10000 draws.
+TELLING_PROBABILITY = 0.02
+
+
+def _nucleus_cases(rng: random.Random, g: torch.Generator, rows: int, vocab: int) -> list[tuple]:
+    """``(logits (rows, vocab), temperature, top_k, top_p)`` of the nucleus cases: three with a
+    ``top_p`` below 1 (temperatures 0.6, 1 and 2; the last two after a top-k cut), ``top_p = 1``
+    with and without top_k, and temperature 0. Logits are redrawn until every ``top_p`` lies
+    clear of the cumulative probabilities (:data:`NUCLEUS_MARGIN`) and the cases tell each of
+    :data:`NUCLEUS_MISTAKES` from the contract's nucleus."""
+    settings = ((0.6, None), (1.0, rng.randint(2, vocab // 2 + 1)), (2.0, rng.randint(2, vocab - 1)))
+    for _ in range(1000):
+        logits = torch.randn(rows, vocab, generator=g) * 1.5
+        cases = [(logits, temperature, top_k, _clear_top_p(rng, logits, temperature, top_k))
+                 for temperature, top_k in settings]
+        if all(case[-1] is not None for case in cases) and all(
+                any(_tells(mistake, *case) for case in cases) for mistake in NUCLEUS_MISTAKES.values()):
+            return cases + [(logits, 1.3, None, 1.0), (logits, 0.8, settings[1][1], 1.0), (logits, 0.0, None, 0.5)]
+    raise RuntimeError("no logits found whose nuclei tell the mistakes apart")
+
+
+def _cut(logits: torch.Tensor, temperature: float, top_k: int | None) -> torch.Tensor:
+    """``logits / temperature`` in float64, ``-inf`` outside the ``top_k`` largest: ``(rows, vocab)``."""
+    scaled = logits.double() / temperature
+    if top_k is None:
+        return scaled
+    return scaled.masked_fill(scaled < scaled.topk(top_k, dim=-1).values[..., -1:], float("-inf"))
+
+
+def _clear_top_p(rng: random.Random, logits, temperature: float, top_k: int | None) -> float | None:
+    """A ``top_p`` of 0.300, 0.301, ..., 0.950 at least :data:`NUCLEUS_MARGIN` from every row's
+    cumulative probabilities, whose crossing token is at least that much more probable than the
+    next one, drawn with ``rng``; ``None`` if there is none."""
+    descending = torch.softmax(_cut(logits, temperature, top_k), dim=-1).sort(dim=-1, descending=True).values
+    cumulative = descending.cumsum(dim=-1)  # (rows, vocab)
+    candidates = torch.arange(300, 951, dtype=torch.float64) / 1000  # (c,)
+    distance = (cumulative[..., None] - candidates).abs()  # (rows, vocab, c)
+    crossing = (cumulative[..., None] < candidates).sum(dim=1)  # (rows, c): rank of the crossing token
+    lead = descending - F.pad(descending, (0, 1))[..., 1:]  # (rows, vocab): over the next token
+    far = (distance >= NUCLEUS_MARGIN).flatten(0, 1).all(dim=0)  # (rows, vocab, c) -> (rows·vocab, c) -> (c,)
+    admissible = candidates[far & (lead.gather(-1, crossing) >= NUCLEUS_MARGIN).all(dim=0)].tolist()
+    return round(rng.choice(admissible), 3) if admissible else None
+
+
+def _tells(mistake, logits, temperature: float, top_k: int | None, top_p: float) -> bool:
+    """Whether ``mistake``'s nucleus gains or loses a token of probability ≥ :data:`TELLING_PROBABILITY`,
+    however rounding moves ``top_p`` (by 0.001)."""
+    cut = _cut(logits, temperature, top_k)
+    probabilities = torch.softmax(cut, dim=-1)  # (rows, vocab), renormalised over the top-k
+    right = _nucleus(probabilities, top_p)
+    return all(((mistake(logits, cut, temperature, top_p + shift) != right) & (probabilities >= TELLING_PROBABILITY))
+               .any() for shift in (-1e-3, 1e-3))
+
+
+def _before(values: torch.Tensor) -> torch.Tensor:
+    """For each token, the sum of ``values`` over the tokens ranked above it by ``values``: ``(rows, vocab)``."""
+    descending, order = values.sort(dim=-1, descending=True)
+    above = descending.cumsum(dim=-1) - descending
+    return above.scatter(-1, order, above)  # back to vocabulary order
+
+
+def _without_crossing(logits, cut, temperature, top_p):
+    probabilities = cut.softmax(-1)  # the most probable token kept, the token that crosses top_p not
+    return (_before(probabilities) + probabilities < top_p) | (_before(probabilities) == 0)
+
+
+def _before_the_cut(logits, cut, temperature, top_p):
+    return (cut > float("-inf")) & _nucleus(torch.softmax(logits.double() / temperature, dim=-1), top_p)
+
+
+def _before_the_temperature(logits, cut, temperature, top_p):
+    return _nucleus(torch.softmax(cut * temperature, dim=-1), top_p)
+
+
+def _of_the_logits(logits, cut, temperature, top_p):
+    return (cut > float("-inf")) & (_before(cut.nan_to_num(neginf=0.0)) < top_p)
+
+
+#: Wrong nuclei, for choosing cases: ``mistake(logits, cut, temperature, top_p) -> kept (rows, vocab)
+#: bool``, where ``cut`` is ``logits / temperature`` cut to the top k, float64 ``(rows, vocab)``.
+NUCLEUS_MISTAKES = {
+    "top_p ignored": lambda logits, cut, temperature, top_p: cut > float("-inf"),
+    "the token that crosses top_p left out": _without_crossing,
+    "the nucleus of the probabilities before the top-k cut (not renormalised)": _before_the_cut,
+    "the nucleus of the probabilities before the temperature": _before_the_temperature,
+    "top_p compared with cumulative logits": _of_the_logits,
+}
 
 
 def _gqa_state(g: torch.Generator, num_hiddens: int, kv_width: int, bias: bool) -> dict:
@@ -508,12 +665,14 @@ def _gqa_calls(seeds) -> list[Call]:
 
 
 def _cache_bytes_calls(seeds) -> list[Call]:
-    """Sizes of small and of real models, with default and explicit batch and number format."""
+    """Sizes of small and of real models, with default and explicit batch and number format; the
+    first seed's batch holds at least 2 sequences, so that every key's cases count the batch."""
     calls = [Call("num_layers=32, num_kv_heads=8, head_dim=128, seq_len=4096 (defaults)", (32, 8, 128, 4096))]
-    for seed in seeds:
+    for index, seed in enumerate(seeds):
         rng = random.Random(seed)
         args = (rng.randint(1, 80), rng.choice((1, 2, 4, 8, 32)), rng.choice((32, 64, 80, 128)), rng.randint(1, 9000))
         batch, width = rng.randint(1, 16), rng.choice((1, 2, 4))
+        batch = max(batch, 2) if index == 0 else batch
         calls.append(Call(f"num_layers={args[0]}, num_kv_heads={args[1]}, head_dim={args[2]}, seq_len={args[3]}, "
                           f"batch_size={batch}, bytes_per_value={width}", args,
                           {"batch_size": batch, "bytes_per_value": width}))
