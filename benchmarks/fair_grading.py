@@ -34,41 +34,45 @@ from autograder.judge import LocalRespondent, judge
 from autograder.parts import hidden_calls
 
 
+def training_checks(chapter: str) -> set:
+    """The checks of chapter ``chapter``'s catalogue that train a model (seconds each)."""
+    return set(getattr(importlib.import_module(f"catalogue_ch{chapter}"), "TRAINING_CHECKS", ()))
+
+
 def correct_answers(chapter: str, training: bool) -> list[tuple]:
     """``(check, answer)`` of chapter ``chapter``'s catalogue (``"03"``), training checks optional."""
-    catalogue = importlib.import_module(f"catalogue_ch{chapter}")
-    slow = set(getattr(catalogue, "TRAINING_CHECKS", ()))
+    catalogue, slow = importlib.import_module(f"catalogue_ch{chapter}"), training_checks(chapter)
     return [(check, answer) for check, answer, _ in catalogue.CORRECT if training or check not in slow]
 
 
 def wrong_answers(chapter: str, training: bool) -> list[tuple]:
     """``(name, check, answer)`` of chapter ``chapter``'s catalogued wrong answers, training checks optional."""
-    catalogue = importlib.import_module(f"catalogue_ch{chapter}")
-    slow = set(getattr(catalogue, "TRAINING_CHECKS", ()))
+    catalogue, slow = importlib.import_module(f"catalogue_ch{chapter}"), training_checks(chapter)
     return [(name, check, answer) for name, check, answer, _ in catalogue.WRONG if training or check not in slow]
 
 
-def passes_over_students(check, answer, keys: list[str]) -> list[str]:
-    """The keys on whose hidden cases (probes included) the wrong answer ``answer`` is not refused."""
-    passed = []
-    for key in keys:
-        try:
-            judge(check.declaration, LocalRespondent(check.declaration, answer), hidden=True, key=key)
-        except AssertionError:
-            continue  # refused, as it should be
-        passed.append(key)
-    return passed
-
-
-def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, str]]:
-    """``[(key, first line of the message)]`` for every key on whose hidden cases ``answer`` fails."""
-    failed = []
+def verdicts(check, answer, keys: list[str]) -> list[tuple[str, str | None]]:
+    """``[(key, None if answer passes the key's hidden cases (probes included), else the first line
+    of the message)]``."""
+    found = []
     for key in keys:
         try:
             judge(check.declaration, LocalRespondent(check.declaration, answer), hidden=True, key=key)
         except AssertionError as problem:
-            failed.append((key, str(problem).splitlines()[0]))
-    return failed
+            found.append((key, str(problem).splitlines()[0]))
+        else:
+            found.append((key, None))
+    return found
+
+
+def passes_over_students(check, answer, keys: list[str]) -> list[str]:
+    """The keys on whose hidden cases the wrong answer ``answer`` is not refused."""
+    return [key for key, message in verdicts(check, answer, keys) if message is None]
+
+
+def failures_over_students(check, answer, keys: list[str]) -> list[tuple[str, str]]:
+    """``[(key, first line of the message)]`` for every key on whose hidden cases ``answer`` fails."""
+    return [(key, message) for key, message in verdicts(check, answer, keys) if message is not None]
 
 
 def trainings_over_students(check, answer, keys: list[str]) -> None:
@@ -89,7 +93,7 @@ def grade_correct_answers(chapter: str, keys: list[str], training: bool) -> int:
     """Print, per correct answer of ``chapter``, for how many keys it failed; return the failures in all."""
     total = 0
     for check, answer in correct_answers(chapter, training):
-        if check in getattr(importlib.import_module(f"catalogue_ch{chapter}"), "TRAINING_CHECKS", ()):
+        if check in training_checks(chapter):
             trainings_over_students(check, answer, keys)
         failed = failures_over_students(check, answer, keys)
         total += len(failed)
