@@ -629,3 +629,6 @@ def check_train_reversal_decoder(fn, hidden: bool = False) -> None:
 
 
 PARTS = {part.name: part for part in (LOSS, STEP, WINDOW, GREEDY, BEAM, SAMPLE, GQA, CACHE_BYTES, TRAINING)}
+#: The parts with a time limit of their own, in seconds of the kernel's CPU time (the class report shows
+#: how close each submission came): {part: limit}.
+TIME_LIMITS = {TRAINING.name: TRAINING_SECONDS}

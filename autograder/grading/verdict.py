@@ -67,6 +67,8 @@ class PartResult:
     max_score: float
     status: PartStatus  # or its text, as read back from a state file
     message: str = ""
+    #: the time the part's calls took in the kernel (its CPU time, as its time limits count it), where measured
+    seconds: float | None = None
 
     def __post_init__(self):
         self.status = PartStatus(self.status)
@@ -207,10 +209,14 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
     """The result of the part whose test cell is ``index``, and the text its cell shows."""
     part = assembled.part_of(index)
 
+    spent: list[float] = []  # the kernel's CPU seconds of each check call judged, where known
+
     def verdict(status: PartStatus, text: str = "") -> tuple[PartResult, str]:
         text = _shown(text)
         passed = status is PartStatus.PASSED
-        return PartResult(part.grade_id, part.points if passed else 0.0, part.points, status, "" if passed else text), text
+        seconds = round(sum(spent), 3) if spent else None
+        return PartResult(part.grade_id, part.points if passed else 0.0, part.points, status, "" if passed else text,
+                          seconds), text
 
     tests = assembled.test_indices()
     start = max([i for i in tests if i < index], default=-1) + 1
@@ -232,7 +238,10 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
             return verdict(PartStatus.ERROR, f"the course has no check `{call.check}` in {chapter.__name__}")
         respondent = session.respondent(declaration, call.check, assembled.test_id(index), call.answer, deadline)
         try:
-            count = judge(declaration, respondent, hidden=call.hidden, key=key, where=where)
+            try:
+                count = judge(declaration, respondent, hidden=call.hidden, key=key, where=where)
+            finally:
+                _add_time(spent, respondent)
         except NotDefined as missing:
             return verdict(PartStatus.ERROR, str(missing) + _context(session.results, 0, index))
         except CheckFailed as failure:
@@ -255,6 +264,14 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
         lines.append(f"{count} {kind} case{'s' if count != 1 else ''}")
     devices = " and ".join(device.type for device in where)
     return verdict(PartStatus.PASSED, f"✔ {part.grade_id.removeprefix('test_')}: passed {' and '.join(lines)} on {devices}")
+
+
+def _add_time(spent: list[float], respondent) -> None:
+    """Add to ``spent`` the kernel's CPU seconds of the call ``respondent`` just answered, where it measures them."""
+    measure = getattr(respondent, "cpu_seconds", None)
+    seconds = measure() if measure is not None else None
+    if seconds is not None:
+        spent.append(seconds)
 
 
 def _context(results: list[CellResult], start: int, index: int) -> str:

@@ -346,7 +346,8 @@ def _save(course: Course, assignment: str, student: str, source_path: Path, outc
         if (submitted / "timestamp.txt").exists():
             (folder / "timestamp.txt").write_text((submitted / "timestamp.txt").read_text())
     record(course, assignment, source_path.stem, student, results, outcome["unanswered"], read_timestamp(submitted))
-    state = {"fingerprint": fingerprint, "results": [r.as_dict() for r in results]}
+    state = {"fingerprint": fingerprint, "results": [r.as_dict() for r in results], "seconds": outcome["seconds"],
+             "worker": outcome["worker"]}
     path = _state_path(course, assignment, student)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".partial").write_text(json.dumps(state))

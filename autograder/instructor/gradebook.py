@@ -82,7 +82,9 @@ class GradebookUnavailable(ConnectionError):
     """
 
 
-CSV_COLUMNS = ["student", "assignment", "part", "score", "max_score", "status", "message", "auto_score"]
+#: The grades table's columns: ``seconds`` is the time the part's checks took in the kernel (CPU time, as a
+#: training's time limit counts it), empty where not measured.
+CSV_COLUMNS = ["student", "assignment", "part", "score", "max_score", "status", "message", "auto_score", "seconds"]
 
 
 class GradebookError(RuntimeError):

@@ -333,8 +333,13 @@ def graded(submission, *, results: dict[int, CellResult] | None = None, session_
 
 def test_every_part_passes_with_its_points():
     results, texts, *_ = graded(answered())
-    assert results == {"test_causal_mask": PartResult("test_causal_mask", 2.0, 2.0, "passed", ""),
-                       "test_padding_mask": PartResult("test_padding_mask", 1.0, 1.0, "passed", "")}
+    spent = {part: result.seconds for part, result in results.items()}
+    assert all(isinstance(seconds, float) and seconds >= 0 for seconds in spent.values()), \
+        f"the time each part's checks took is recorded: {spent}"
+    assert results == {"test_causal_mask": PartResult("test_causal_mask", 2.0, 2.0, "passed", "",
+                                                      spent["test_causal_mask"]),
+                       "test_padding_mask": PartResult("test_padding_mask", 1.0, 1.0, "passed", "",
+                                                       spent["test_padding_mask"])}
     assert texts["test_causal_mask"].startswith("✔ causal_mask: passed ") and "visible cases and" in texts[
         "test_causal_mask"] and "hidden cases on cpu" in texts["test_causal_mask"]
 
