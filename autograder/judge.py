@@ -36,7 +36,7 @@ import torch
 from . import nested
 from .core import Case, CheckFailed, devices, passed, tensors_in, to_device
 from .kernel.respond import names_called, respond
-from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, reference_of, visible_calls
+from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, mistakes_of, reference_of, visible_calls
 from .protocol import ARGUMENTS, CASES, Reply, Request
 from .text import excerpt
 
@@ -167,7 +167,8 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
     if len(replies) != len(questions):
         raise JudgeFault(f"{declaration.name}: {len(replies)} replies to {len(questions)} calls")
     for question, reply in zip(questions, replies, strict=True):
-        question.case.seconds, question.case.clock = seconds, clock
+        question.case.seconds, question.case.clock, question.reply = seconds, clock, reply
+    for question, reply in zip(questions, replies, strict=True):
         question.judge(question, reply)
     return sum(question.counts for question in questions)
 
@@ -187,6 +188,8 @@ class _Question:
     device: torch.device | None = None
     expected_by: Callable | None = None  # the reference adapted, for a hidden case (visible: its call's expected)
     argument: str = ""  # a bad call: the argument it gets wrong
+    reply: Reply | None = None  # the reply, once the answer has answered every call
+    peers: list["_Question"] | None = None  # a case: every case question of its part (known mistakes are told apart on them)
 
 
 def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.device]) -> list[_Question]:
@@ -215,6 +218,9 @@ def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.devi
             questions.append(_Question(Case(part.name, f"{call.description}, on the meta device", call.seed),
                                        Request(CASES, to_device(call.args, "meta"), to_device(call.kwargs, "meta")),
                                        _judge_meta))
+    peers = [question for question in questions if question.part is not None]
+    for question in peers:
+        question.peers = peers
     return questions
 
 
@@ -229,9 +235,51 @@ def _judge_case(question: _Question, reply: Reply) -> None:
     expected = expected_by(*args, **kwargs) if expected_by is not None else to_device(call.expected, question.device)
     if expected is not None or part.compare is not None:
         slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
-        _judged(case, result, expected, part.compare_results, case, result, expected, slack)
+        try:
+            _judged(case, result, expected, part.compare_results, case, result, expected, slack)
+        except CheckFailed as failure:
+            _name_a_known_mistake(question, result, failure)
+            raise
     if part.extra is not None:
         _judged(case, result, None, part.extra, case, args, kwargs, result)
+
+
+#: What joins a failure's first line to the known mistake the answer's result matches (the class report keeps
+#: what follows it as it is).
+KNOWN_MISTAKE = "; it matches a known mistake: "
+
+
+def _name_a_known_mistake(question: _Question, result: Any, failure: CheckFailed) -> None:
+    """Where the grading side declares the part's known mistakes (``MISTAKES`` of its reference module), raise
+    ``failure`` with its first line naming the mistake whose result ``result`` matches, as it would the
+    reference's; return where none does (or on a student's machine, which has no references).
+
+    Two mistakes can give the same result on one case (a top-left causal mask and one that never leaves a
+    row empty, with more queries than keys): of those that match this case, the one that matches the
+    answer on the most of the part's cases is named, the first declared on a tie.
+    """
+    matching = [(description, mistake) for description, mistake in mistakes_of(question.part)
+                if _matches(question, result, mistake)]
+    if not matching:
+        return
+    if len(matching) > 1:
+        answered = [(peer, peer.reply.result) for peer in question.peers or () if peer is not question
+                    and peer.reply is not None and not (peer.reply.error or peer.reply.missing or peer.reply.unanswered)]
+        matching = [max(matching, key=lambda known: sum(_matches(peer, got, known[1]) for peer, got in answered))]
+    problem, newline, rest = str(failure).partition("\n")
+    raise CheckFailed(f"{problem}{KNOWN_MISTAKE}{matching[0][0]}{newline}{rest}") from None
+
+
+def _matches(question: _Question, result: Any, mistake: Callable) -> bool:
+    """Whether ``result`` passes the part's comparison with ``mistake``'s result on the case's inputs (a
+    mistake that raises, or a comparison that cannot be made, is no match)."""
+    part, (args, kwargs) = question.part, _copy(question.kept)
+    try:
+        slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
+        part.compare_results(question.case, result, part.adapt(mistake)(*args, **kwargs), slack)
+    except Exception:  # noqa: BLE001 - not this mistake
+        return False
+    return True
 
 
 def _judge_meta(question: _Question, reply: Reply) -> None:

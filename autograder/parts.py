@@ -225,6 +225,13 @@ def reference_of(part: Part) -> Any:
     return None if module is None else module.REFERENCES.get(part.name)
 
 
+def mistakes_of(part: Part) -> tuple[tuple[str, Callable], ...]:
+    """The known mistakes of ``part`` (the reference module's ``MISTAKES``): ``((description, function), ...)``;
+    ``()`` without the grading side or where none are declared."""
+    module = reference_module(part.chapter)
+    return () if module is None else getattr(module, "MISTAKES", {}).get(part.name, ())
+
+
 def hidden_calls(part: Part, key: str | None = None) -> tuple[list[Call], Any]:
     """``(calls, reference)``: the part's hidden calls for the student whose key is ``key``, and its reference."""
     module = reference_module(part.chapter)

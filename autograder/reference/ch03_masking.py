@@ -130,6 +130,102 @@ REFERENCES = {
 }
 
 # --------------------------------------------------------------------------------------
+# Known mistakes: the judge names the one a wrong answer's values match (judge.py)
+# --------------------------------------------------------------------------------------
+
+
+def _within_lengths(X: torch.Tensor, valid_lens: torch.Tensor) -> torch.Tensor:
+    """Bool ``(batch, q, k)``: ``True`` where key ``j <`` the valid length of its sequence or query."""
+    lens = (valid_lens if valid_lens.dim() == 2 else valid_lens[:, None])[..., None]
+    return (torch.arange(X.shape[-1], device=X.device) < lens).expand_as(X)
+
+
+def _softmax_masked_with_zero(X, valid_lens):
+    """Masked scores set to 0 instead of −∞: they still get weight."""
+    return torch.softmax(X if valid_lens is None else X.masked_fill(~_within_lengths(X, valid_lens), 0.0), dim=-1)
+
+
+def _softmax_large_negative_fill(X, valid_lens):
+    """Masked scores set to −1e6: a row with no valid key gets uniform weights."""
+    return torch.softmax(X if valid_lens is None else X.masked_fill(~_within_lengths(X, valid_lens), -1e6), dim=-1)
+
+
+def _softmax_lengths_off_by_one(X, valid_lens):
+    """One key more than each valid length is kept."""
+    return masked_softmax(X, None if valid_lens is None else valid_lens + 1)
+
+
+def _softmax_over_queries(X, valid_lens):
+    """The softmax runs down the queries' axis (dim 1), not along the keys'."""
+    scores = X if valid_lens is None else X.masked_fill(~_within_lengths(X, valid_lens), float("-inf"))
+    return torch.softmax(scores, dim=1).nan_to_num(0.0)
+
+
+def _causal_strict(num_queries, num_keys, device=None):
+    """``j < i``: the diagonal is masked too."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(-1)
+
+
+def _causal_transposed(num_queries, num_keys, device=None):
+    """``j ≥ i``: the upper triangle instead of the lower."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).triu()
+
+
+def _bottom_right_top_left(num_queries, num_keys, device=None):
+    """``j ≤ i``, as ``causal_mask``: the offset ``k - q`` is left out."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril()
+
+
+def _bottom_right_offset_negated(num_queries, num_keys, device=None):
+    """``j ≤ i + (q - k)``: the offset with its sign reversed."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(num_queries - num_keys)
+
+
+def _bottom_right_never_empty(num_queries, num_keys, device=None):
+    """The offset clamped at 0: with more queries than keys, no row is left empty."""
+    return torch.ones(num_queries, num_keys, dtype=torch.bool, device=device).tril(max(num_keys - num_queries, 0))
+
+
+def _attention_masked_with_zero(queries, keys, values, mask=None):
+    """Masked scores set to 0 instead of −∞: they still get weight."""
+    scores = scaled_dot_product_scores(queries, keys)
+    weights = torch.softmax(scores if mask is None else scores.masked_fill(~mask, 0.0), dim=-1)
+    return weights @ values, weights
+
+
+def _attention_unscaled(queries, keys, values, mask=None):
+    """Scores ``QKᵀ`` without the ``1/√d``."""
+    scores = queries @ keys.transpose(-2, -1)
+    weights = torch.softmax(scores, dim=-1) if mask is None else softmax_with_mask(scores, mask)
+    return weights @ values, weights
+
+
+#: ``{part: ((what the student did, in their words), the function that does it), ...}``: the one whose values a
+#: wrong answer's match is named in its message (of several, the one matching it on most cases; then the first).
+MISTAKES = {
+    "masked_softmax": (
+        ("masked positions filled with 0 instead of −∞", _softmax_masked_with_zero),
+        ("masked positions filled with −1e6, so a row with no valid key gets uniform weights instead of zeros",
+         _softmax_large_negative_fill),
+        ("valid lengths off by one (one key too many kept)", _softmax_lengths_off_by_one),
+        ("softmax over the queries' axis instead of the keys'", _softmax_over_queries),
+    ),
+    "causal_mask": (
+        ("a strict mask: a query may not see its own position", _causal_strict),
+        ("a transposed mask: keys after the query allowed instead of before", _causal_transposed),
+    ),
+    "causal_mask_bottom_right": (
+        ("aligned top-left, as causal_mask (the offset k − q left out)", _bottom_right_top_left),
+        ("the offset k − q with the wrong sign", _bottom_right_offset_negated),
+        ("never leaves a row empty (the offset clamped at 0)", _bottom_right_never_empty),
+    ),
+    "masked_attention": (
+        ("masked positions filled with 0 instead of −∞", _attention_masked_with_zero),
+        ("scores not scaled by 1/√d", _attention_unscaled),
+    ),
+}
+
+# --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
 
@@ -180,9 +276,11 @@ def _causal_calls(seed: int | None, name: str = "causal_mask") -> list[Call]:
 
 
 def _bottom_right_calls(seed: int | None) -> list[Call]:
-    """Square, wide and tall blocks, and always a block of more queries than keys (empty rows)."""
+    """Square, wide and tall blocks, and always a block of more keys than queries (where the offset's sign and
+    its leaving-out show) and one of more queries than keys (empty rows)."""
     calls = _causal_calls(seed, "causal_mask_bottom_right")
-    return calls + [Call("causal_mask_bottom_right(6, 2, device=...)", (6, 2), {"device": torch.device("cpu")})]
+    return calls + [Call(f"causal_mask_bottom_right({q}, {k}, device=...)", (q, k), {"device": torch.device("cpu")})
+                    for q, k in ((2, 6), (6, 2))]
 
 
 def _padding_calls(seeds) -> list[Call]:
