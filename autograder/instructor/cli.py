@@ -5,7 +5,9 @@
   :func:`autograder.instructor.grade.grade`, whose settings (``settings.py``) become
   its options, each readable from the course's ``nbgrader_config.py`` too;
 * ``publish DEST``: write the student repository (``publish.py``);
-* ``cases ASSIGNMENT STUDENT``: the hidden inputs one student was graded on.
+* ``cases ASSIGNMENT STUDENT``: the hidden inputs one student was graded on;
+* ``export ASSIGNMENT --to canvas|moodle``: the totals as the LMS's gradebook imports them (``export.py``);
+* ``report ASSIGNMENT...``: the class report, one HTML page (``report.py``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,10 @@ def main(argv: list[str] | None = None, import_seconds: float | None = None) -> 
             return publish_student_repository(args)
         if args.command == "cases":
             return show_hidden_cases(args)
+        if args.command == "export":
+            return export_for_lms(args)
+        if args.command == "report":
+            return write_report(args)
         return grade_assignment(args, import_seconds)
     except (SandboxUnavailable, FileNotFoundError, ValueError, PublishError, ConnectionError,
             GradingEnvironmentError) as error:
@@ -57,6 +63,28 @@ def grade_assignment(args: argparse.Namespace, import_seconds: float | None = No
     report = grade(args.assignment, course_dir=args.course_dir, force=args.force, **settings)
     print(summary(report), flush=True)
     return 1 if report.not_graded else 0
+
+
+def write_report(args: argparse.Namespace) -> int:
+    """``report ASSIGNMENT...``: the class report (``report.py``), its path printed."""
+    from .report import report
+
+    path = report(args.assignments, course_dir=args.course_dir, output=args.output)
+    print(f"class report: {path}")
+    return 0
+
+
+def export_for_lms(args: argparse.Namespace) -> int:
+    """``export ASSIGNMENT --to canvas|moodle``: the totals as the LMS imports them (``export.py``)."""
+    from .export import export
+
+    result = export(args.assignment, to=args.to, course_dir=args.course_dir, roster=args.roster,
+                    missing_as_zero=args.missing_as_zero, output=args.output)
+    for warning in result.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    print(f"{args.to}: {result.path}")
+    print(result.summary())
+    return 0
 
 
 def show_hidden_cases(args: argparse.Namespace) -> int:

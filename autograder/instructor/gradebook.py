@@ -46,6 +46,7 @@ from traitlets.config.loader import Config
 from ..grading.verdict import PartResult
 from ..text import clean
 from .settings import course_config
+from .spreadsheet import inert
 
 T = TypeVar("T")
 ATTEMPTS = 5  # tries of one transaction that conflicts with another run's (see ``_conflict``)
@@ -333,6 +334,19 @@ def manual_scores(course: Course, assignment: str) -> dict[tuple[str, str], floa
     return _transaction(course.db_url, read)
 
 
+def has_gradebook(course: Course) -> bool:
+    """Whether the course has a gradebook to read: a SQLite one that does not exist yet is not made by reading."""
+    url = make_url(course.db_url)
+    return not (url.get_backend_name() == "sqlite" and url.database and not Path(url.database).is_file())
+
+
+def student_ids(course: Course) -> list[str]:
+    """The students the gradebook knows (``nbgrader db student add``, or graded once), for who missed a hand-in."""
+    if not has_gradebook(course):
+        return []
+    return _transaction(course.db_url, lambda gradebook: sorted(student.id for student in gradebook.students))
+
+
 def read_timestamp(folder: Path) -> datetime | None:
     """The submission time nbgrader's ``collect`` wrote to ``timestamp.txt``, if any."""
     from nbgrader.utils import parse_utc
@@ -351,6 +365,8 @@ def write_csv(path: Path, rows: list[dict]) -> None:
     with partial.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
-        writer.writerows({key: clean(value) if isinstance(value, str) else value for key, value in row.items()}
-                         for row in rows)  # a student's folder name may hold any bytes
+        # a student's folder name may hold any bytes, a message what a submission raised: every text cell
+        # encodable, and inert in a spreadsheet (``spreadsheet.inert``: a leading = + - @ quoted)
+        writer.writerows({key: inert(clean(value)) if isinstance(value, str) else value for key, value in row.items()}
+                         for row in rows)
     os.replace(partial, path)

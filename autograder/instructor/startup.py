@@ -52,7 +52,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     cases.add_argument("--any-student", action="store_true",
                        help="show the cases of a student who has no submission (a mistyped name is refused otherwise)")
     cases.add_argument("--secret-file", type=Path, default=None, help="the course secret (as for grade)")
+    summary = commands.add_parser("report", help="what the class got right and wrong: one HTML page per run",
+                                  description="Read grades/<assignment>.csv (after grade) and write one self-contained "
+                                              "HTML page: scores, each part's difficulty, the mistakes the class "
+                                              "made, grading problems, times, scores set by hand.")
+    summary.add_argument("assignments", nargs="+", metavar="ASSIGNMENT",
+                         help="assignment ids or numbers, e.g. 03_masking (several: a students x assignments table too)")
+    summary.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
+    summary.add_argument("--output", type=Path, default=None,
+                         help="where to write the page (default: grades/report-<assignment>.html)")
+    _add_export(commands)
     return parser.parse_args(argv)
+
+
+def _add_export(commands: argparse._SubParsersAction) -> None:
+    """``export ASSIGNMENT --to canvas|moodle``: the options of :func:`autograder.instructor.export.export`."""
+    lms = commands.add_parser(
+        "export", help="write an assignment's totals as Canvas's or Moodle's gradebook import reads them",
+        description="Write one CSV file for the LMS's gradebook import (Canvas: Grades > Import; Moodle: Grades > "
+                    "Import > CSV file): each student's total from grades/ASSIGNMENT.csv (scores set by hand "
+                    "included), with the LMS's own identifier. It stops, writing nothing, if a submission was not "
+                    "graded or a student matches no roster row, or two.")
+    lms.add_argument("assignment", help="assignment id, e.g. 03_masking")
+    lms.add_argument("--to", required=True, choices=["canvas", "moodle"], help="the LMS that imports the file")
+    lms.add_argument("--roster", type=Path, default=None,
+                     help="the LMS's export of its gradebook, for its students and their identifiers (Canvas: "
+                          "Grades > Export; Moodle: Grades > Export > Plain text file). Moodle needs it; Canvas can "
+                          "do without: its user ids are read from the zip of hand-ins in downloaded/ASSIGNMENT/archive/")
+    lms.add_argument("--missing-as-zero", action="store_true",
+                     help="give 0 to a roster student without a submission (default: an empty cell, which the import "
+                          "leaves ungraded)")
+    lms.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
+    lms.add_argument("--output", type=Path, default=None,
+                     help="the CSV file to write (default: grades/<to>-ASSIGNMENT.csv in the course directory)")
 
 
 def _add_setting(parser: argparse.ArgumentParser, name: str) -> None:

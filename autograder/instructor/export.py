@@ -1,0 +1,355 @@
+"""``python -m autograder export ASSIGNMENT --to canvas|moodle``: one assignment's totals, as an LMS imports them.
+
+The totals are those of ``grades/<assignment>.csv`` (its ``score`` column: scores set by
+hand in the formgrader included), summed per student. Each student is written with the
+LMS's own identifier, read from the roster the LMS exports (``--roster``) or, for Canvas,
+from the names in the zip of hand-ins that ``nbgrader zip_collect`` read:
+
+* Canvas (Grades > Import): the columns ``Student, ID, SIS User ID, SIS Login ID, Section``
+  and one column of scores, named as the roster names the assignment (``03_masking (917236)``),
+  else a new column ``03_masking``, from which Canvas makes a new assignment; a
+  ``Points Possible`` row below the header sets a new assignment's points (Canvas's importer
+  reads a row whose first cell says ``Points Possible`` so). Canvas matches a row by its
+  ``ID``, then by the SIS ids, then by name.
+* Moodle (Grades > Import > CSV file): one identifier column (``Email address``, ``ID
+  number`` or ``Username``, as the roster has them), which the import maps to that user
+  field, and one column of scores. Moodle's download of hand-ins carries no such identifier
+  (the folders are named ``Ada Lovelace_4821_assignsubmission_file_``: the name and the
+  participant number), so Moodle needs its grade export as the roster.
+
+A student is matched to a roster row by any identifier they share; none or two, and the
+export stops, naming them, as it stops for a submission that was never graded: nothing is
+written then. Every roster student without a submission gets an empty cell (``0`` with
+``missing_as_zero``). Every text cell is made inert for spreadsheets (``spreadsheet.py``).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import zipfile
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..grading.verdict import PartStatus
+from .gradebook import Course
+from .spreadsheet import inert, plain
+
+#: The LMSs the export writes for.
+TARGETS = ("canvas", "moodle")
+#: Canvas's identity columns, in the order its gradebook import reads them.
+CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+#: The columns of Moodle's grade export that its import can map to a user field, in the order preferred.
+MOODLE_IDENTIFIERS = ["Email address", "ID number", "Username"]
+#: A file of Canvas's "Download submissions" zip: ``lovelaceada_LATE_48213_917236_03_masking-1.ipynb``.
+CANVAS_FILE = re.compile(r"(?:^|/)(?P<student>[^/_]+)_(?:LATE_)?(?P<user>\d+)_\d+_[^/]*$")
+#: A folder of Moodle's "Download all submissions" zip: ``Ada Lovelace_4821_assignsubmission_file_/``.
+MOODLE_FOLDER = re.compile(r"(?:^|/)(?P<name>[^/]+)_(?P<participant>\d+)_assignsubmission_[a-z]+_/")
+#: Digits kept of a score.
+DECIMALS = 2
+
+
+class ExportError(ValueError):
+    """The export cannot be written as asked (the command prints ``error: ...`` and exits with 2); nothing was written."""
+
+
+@dataclass
+class ExportResult:
+    """What :func:`export` wrote.
+
+    Attributes:
+        path: the CSV file.
+        column: the name of its column of scores.
+        written: students written (a row each).
+        graded: of those, students with a total.
+        empty: of those, students without a submission, left empty.
+        zeros: of those, students without a submission, given 0 (``missing_as_zero``).
+        points_possible: the assignment's points.
+        warnings: what the instructor should know (parts whose points are withheld until a look).
+    """
+
+    path: Path
+    column: str
+    written: int
+    graded: int
+    empty: int
+    zeros: int
+    points_possible: float
+    warnings: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        """One line: how many students, how many with a total, empty, zero."""
+        return (f"{self.written} students written: {self.graded} graded, {self.empty} empty cells (no submission), "
+                f"{self.zeros} zeros for missing submissions; column {self.column!r}, "
+                f"{decimal(self.points_possible)} points possible")
+
+
+def export(assignment: str, *, to: str, course_dir: str | Path = ".", roster: str | Path | None = None,
+           missing_as_zero: bool = False, output: str | Path | None = None) -> ExportResult:
+    """Write ``assignment``'s totals as ``to`` (``canvas`` or ``moodle``) imports them; the file's path and counts.
+
+    ``roster``: the LMS's own export of its gradebook (Canvas: Grades > Export; Moodle:
+    Grades > Export > Plain text file); without it, Canvas's ids come from the zips in
+    ``downloaded/<assignment>/archive/`` (or what ``zip_collect`` extracted from them).
+    ``output``: default ``grades/<to>-<assignment>.csv`` in the course.
+
+    Raises:
+        ExportError: a submission not graded, a student matched to no roster row or to
+            two, a roster that is not the LMS's, no way to identify Moodle's users;
+            FileNotFoundError: no grades table, or no roster file.
+    """
+    if to not in TARGETS:
+        raise ExportError(f"cannot export for {to!r}: --to canvas or --to moodle")
+    course = Course.open(Path(course_dir))
+    totals, possible, warnings = _totals(course, assignment)
+    submitted = set(course.students(assignment))
+    ungraded = sorted(submitted - set(totals))
+    if ungraded:
+        raise ExportError(f"{len(ungraded)} submissions of {assignment} were not graded: {', '.join(ungraded)}; "
+                          f"run python -m autograder grade {assignment} (nothing written)")
+    students = sorted(submitted | set(totals))
+    identities = _zip_identities(course, assignment, to)
+    if roster is not None:
+        header, rows = _read_roster(Path(roster), to)
+        matched = _match(students, rows, identities, to)
+    elif to == "moodle":
+        raise ExportError("Moodle's import needs each student's email address, username or ID number, which its "
+                          "download of hand-ins does not carry: pass --roster with Moodle's grade export (Grades > "
+                          "Export > Plain text file)")
+    else:
+        header, rows, matched = _canvas_roster_from_zips(students, identities)
+    column, existing = _score_column(header, assignment, to)
+    cells, counts = [], {"graded": 0, "empty": 0, "zeros": 0}
+    for number in range(len(rows)):
+        student = matched.get(number)
+        if student in totals:
+            cells.append(decimal(totals[student]))
+            counts["graded"] += 1
+        elif missing_as_zero:
+            cells.append("0")
+            counts["zeros"] += 1
+        else:
+            cells.append("")
+            counts["empty"] += 1
+    if to == "canvas":
+        table = [CANVAS_COLUMNS + [column]]
+        if not existing:  # the points of the assignment Canvas makes; an existing one's are left as they are
+            table.append(["Points Possible", "", "", "", "", decimal(possible)])
+        table += [[inert(row.get(name, "")) for name in CANVAS_COLUMNS] + [cell]
+                  for row, cell in zip(rows, cells, strict=True)]
+    else:
+        identifier = _moodle_identifier(header, rows, warnings)
+        table = [[identifier, column]] + [[inert(row[identifier]), cell] for row, cell in zip(rows, cells, strict=True)]
+    table[0] = [inert(name) for name in table[0]]
+    path = Path(output) if output is not None else course.root / "grades" / f"{to}-{assignment}.csv"
+    _write(path, table)
+    return ExportResult(path, column, len(rows), counts["graded"], counts["empty"], counts["zeros"], possible,
+                        warnings)
+
+
+def decimal(value: float) -> str:
+    """``value`` rounded to :data:`DECIMALS` places, as a plain decimal: ``7.5``, ``10``, ``0``."""
+    rounded = round(float(value), DECIMALS) + 0.0  # + 0.0: no -0
+    text = f"{rounded:.{DECIMALS}f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+def _totals(course: Course, assignment: str) -> tuple[dict[str, float], float, list[str]]:
+    """``({student: total}, points possible, warnings)`` from ``grades/<assignment>.csv``."""
+    path = course.root / "grades" / f"{assignment}.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"no grades table {path}: run python -m autograder grade {assignment} first")
+    totals: dict[str, float] = defaultdict(float)
+    possible: dict[str, float] = defaultdict(float)
+    withheld: dict[str, int] = defaultdict(int)
+    with path.open(newline="", encoding="utf-8") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            if plain(row.get("assignment") or assignment) != assignment:
+                continue
+            student = plain(row["student"])
+            try:
+                score, best = float(row["score"]), float(row["max_score"])
+            except (TypeError, ValueError):
+                raise ExportError(f"{path}, line {line}: {student!r}'s score {row.get('score')!r} out of "
+                                  f"{row.get('max_score')!r} is not a number") from None
+            totals[student] += score
+            possible[student] += best
+            auto = row.get("auto_score")
+            if plain(row.get("status") or "") == PartStatus.NEEDS_A_LOOK.value and auto not in (None, "") \
+                    and float(auto) == score:
+                withheld[student] += 1
+    warnings = []
+    if withheld:
+        warnings.append(f"{sum(withheld.values())} parts of {len(withheld)} students need a look, their points "
+                        f"withheld until a score is set in the formgrader: {', '.join(sorted(withheld))}")
+    return dict(totals), max(possible.values(), default=0.0), warnings
+
+
+def _zip_identities(course: Course, assignment: str, to: str) -> dict[str, set[str]]:
+    """``{student id: {what the LMS's download says of them}}``: Canvas's user ids, Moodle's full names.
+
+    Read from the names of the files in the zips of ``downloaded/<assignment>/archive/``, and
+    of the files ``zip_collect`` extracted into ``downloaded/<assignment>/extracted/``.
+    """
+    downloaded = course.root / course.config.ZipCollectApp.get("downloaded_directory", "downloaded") / assignment
+    names: list[str] = []
+    for archive in sorted((downloaded / "archive").glob("*.zip")):
+        try:
+            with zipfile.ZipFile(archive) as opened:
+                names += opened.namelist()
+        except (OSError, zipfile.BadZipFile) as error:
+            raise ExportError(f"cannot read {archive}: {error}") from None
+    extracted = downloaded / "extracted"
+    if extracted.is_dir():
+        names += [path.relative_to(extracted).as_posix() for path in extracted.rglob("*") if path.is_file()]
+    found: dict[str, set[str]] = defaultdict(set)
+    for name in names:
+        if to == "canvas" and (match := CANVAS_FILE.search(name)):
+            found[match["student"]].add(match["user"])
+        elif to == "moodle" and (match := MOODLE_FOLDER.search(name)):
+            found[match["participant"]].add(_name(match["name"]))
+    return dict(found)
+
+
+def _name(text: str) -> str:
+    """A person's name, compared as the same however spaced or capitalized."""
+    return " ".join(text.split()).casefold()
+
+
+def _read_roster(path: Path, to: str) -> tuple[list[str], list[dict[str, str]]]:
+    """``(header, student rows)`` of the LMS's gradebook export."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no roster {path}")
+    text = path.read_text(encoding="utf-8-sig")
+    first = text.splitlines()[0] if text.strip() else ""
+    delimiter = max(",;\t", key=first.count)  # Moodle's plain text export may be separated by tabs or semicolons
+    table = list(csv.reader(text.splitlines(), delimiter=delimiter))
+    if not table:
+        raise ExportError(f"the roster {path} is empty")
+    header = [name.strip() for name in table[0]]
+    wanted = ["Student", "ID"] if to == "canvas" else ["First name", "Last name"]
+    if not set(wanted) <= set(header) or (to == "moodle" and not set(MOODLE_IDENTIFIERS) & set(header)):
+        export_from = "Canvas: Grades > Export" if to == "canvas" else "Moodle: Grades > Export > Plain text file"
+        raise ExportError(f"{path} is not {to.capitalize()}'s gradebook export (no column {' or '.join(wanted)}"
+                          f"{'' if to == 'canvas' else ', and one of ' + ', '.join(MOODLE_IDENTIFIERS)}); "
+                          f"export it from the LMS ({export_from})")
+    rows = []
+    for cells in table[1:]:
+        row = {name: cell.strip() for name, cell in zip(header, cells, strict=False)}  # a short row: the rest empty
+        if not any(row.values()):
+            continue
+        # Canvas's Points Possible row, and its rows of settings ("Manual Posting"): not a student's
+        if to == "canvas" and ("Points Possible" in row.get("Student", "") or not row.get("ID")):
+            continue
+        rows.append(row)
+    return header, rows
+
+
+def _keys(row: dict[str, str], to: str) -> tuple[set[str], set[str]]:
+    """``(ids, names)`` a roster row can be matched by: ids compared with a student's id (and Canvas's user id)."""
+    if to == "canvas":
+        ids = {row.get("SIS User ID", "").casefold(), row.get("SIS Login ID", "").casefold()}
+        return ids - {""}, set()
+    ids = {row.get(name, "").casefold() for name in MOODLE_IDENTIFIERS}
+    return ids - {""}, {_name(f"{row.get('First name', '')} {row.get('Last name', '')}")}
+
+
+def _describe(row: dict[str, str], to: str) -> str:
+    if to == "canvas":
+        return f"{row.get('Student', '')} (ID {row.get('ID', '')})"
+    first = next((row[name] for name in MOODLE_IDENTIFIERS if row.get(name)), "")
+    return f"{row.get('First name', '')} {row.get('Last name', '')} ({first})"
+
+
+def _match(students: list[str], rows: list[dict[str, str]], identities: dict[str, set[str]], to: str) -> dict[int, str]:
+    """``{roster row number: student}``: each student matched to exactly one row, by any identifier they share."""
+    unmatched, ambiguous, claimed = [], [], defaultdict(list)
+    for student in students:
+        seen = identities.get(student, set())
+        hits = []
+        for number, row in enumerate(rows):
+            ids, names = _keys(row, to)
+            by_zip = row.get("ID", "") in seen if to == "canvas" else bool(names & seen)
+            if by_zip or student.casefold() in ids:
+                hits.append(number)
+        if not hits:
+            unmatched.append(student)
+        elif len(hits) > 1:
+            ambiguous.append(f"{student} ({' and '.join(_describe(rows[n], to) for n in hits)})")
+        else:
+            claimed[hits[0]].append(student)
+    shared = [f"{_describe(rows[n], to)} ({' and '.join(found)})" for n, found in claimed.items() if len(found) > 1]
+    problems = []
+    if unmatched:
+        problems.append(f"no roster row for {', '.join(unmatched)}")
+    if ambiguous:
+        problems.append(f"two roster rows or more for {'; '.join(ambiguous)}")
+    if shared:
+        problems.append(f"one roster row for two students or more: {'; '.join(shared)}")
+    if problems:
+        raise ExportError("; ".join(problems) + " (a student is matched by "
+                          + ("the Canvas user id in the zip's file names, or their id as SIS Login ID or SIS User ID"
+                             if to == "canvas" else
+                             "the name of their folder in Moodle's zip, or their id as email address, ID number or "
+                             "username") + "); nothing written")
+    return {number: found[0] for number, found in claimed.items()}
+
+
+def _canvas_roster_from_zips(students: list[str], identities: dict[str, set[str]]
+                             ) -> tuple[list[str], list[dict[str, str]], dict[int, str]]:
+    """Without a roster: one Canvas row per student of the zips, their user id as ``ID``."""
+    unknown = [student for student in students if not identities.get(student)]
+    if unknown:
+        raise ExportError(f"no Canvas user id for {', '.join(unknown)} in the zips of downloaded/: pass --roster "
+                          "with Canvas's gradebook export (Grades > Export); nothing written")
+    several = [f"{student} ({', '.join(sorted(ids))})" for student, ids in sorted(identities.items()) if len(ids) > 1]
+    if several:
+        raise ExportError(f"two Canvas user ids for one student id in the zips: {'; '.join(several)}; pass --roster "
+                          "with Canvas's gradebook export (Grades > Export); nothing written")
+    rows = [{"Student": student, "ID": next(iter(ids))} for student, ids in sorted(identities.items())]
+    return list(CANVAS_COLUMNS), rows, {number: row["Student"] for number, row in enumerate(rows)}
+
+
+def _score_column(header: list[str], assignment: str, to: str) -> tuple[str, bool]:
+    """``(name, whether the roster has it)``: the roster's column that names ``assignment``, else ``assignment``."""
+    identity = set(CANVAS_COLUMNS) if to == "canvas" else {"First name", "Last name", *MOODLE_IDENTIFIERS}
+    found = [name for name in header if name not in identity and assignment.casefold() in name.casefold()]
+    if len(found) > 1:  # "03_masking (917236)" among "03_masking extra (917240)": the one titled so
+        title = re.compile(rf"^(?:[^:]*:\s*)?{re.escape(assignment)}(?:\s*\([^)]*\))?$", re.IGNORECASE)
+        found = [name for name in found if title.match(name)] or found
+    if len(found) > 1:  # Moodle's export of one grade item in points, percent, letter: the points
+        found = [name for name in found if name.endswith("(Real)")] or found
+    if len(found) > 1:
+        raise ExportError(f"several roster columns name {assignment}: {', '.join(found)}; keep one in the roster")
+    return (found[0], True) if found else (assignment, False)
+
+
+def _moodle_identifier(header: list[str], rows: list[dict[str, str]], warnings: list[str]) -> str:
+    """The first of :data:`MOODLE_IDENTIFIERS` the roster has for every row, each different.
+
+    One whose values need no quote against formulas first: Moodle's import looks a user up by
+    the cell as written, and stops the whole import at one it cannot find.
+    """
+    usable = [name for name in MOODLE_IDENTIFIERS if name in header
+              and all(values := [row.get(name, "") for row in rows]) and len(set(values)) == len(values)]
+    for name in usable:
+        if all(inert(row[name]) == row[name] for row in rows):
+            return name
+    if usable:
+        guarded = [row[usable[0]] for row in rows if inert(row[usable[0]]) != row[usable[0]]]
+        warnings.append(f"{len(guarded)} values of {usable[0]!r} start as a spreadsheet formula and are written "
+                        f"with a ' before them, which Moodle's import will not find: {', '.join(guarded)}")
+        return usable[0]
+    raise ExportError(f"no column of the roster ({', '.join(MOODLE_IDENTIFIERS)}) identifies every student once: "
+                      "add one to Moodle's grade export (its user fields)")
+
+
+def _write(path: Path, table: list[list[str]]) -> None:
+    """Write ``table`` as CSV, atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows(table)
+    os.replace(partial, path)
