@@ -240,3 +240,19 @@ WRONG_AND_WHY = [
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
+#: the wrong answers above whose mistake the grading side knows (the reference's ``MISTAKES``), and how its
+#: message names it (tests/students/test_mistakes.py)
+KNOWN_MISTAKES = {
+    "masking with 0 instead of -inf": "masked positions filled with 0 instead of −∞",
+    "-1e6 fill: uniform weights on an empty row": "masked positions filled with −1e6, so a row with no valid key "
+                                                  "gets uniform weights instead of zeros",
+    "off-by-one valid lengths": "valid lengths off by one (one key too many kept)",
+    "softmax over the wrong axis": "softmax over the queries' axis instead of the keys'",
+    "strict causal mask": "a strict mask: a query may not see its own position",
+    "transposed causal mask": "a transposed mask: keys after the query allowed instead of before",
+    "bottom-right mask aligned top-left": "aligned top-left, as causal_mask (the offset k − q left out)",
+    "bottom-right offset with the wrong sign": "the offset k − q with the wrong sign",
+    "bottom-right mask never leaves a row empty": "never leaves a row empty (the offset clamped at 0)",
+    "masked attention masking with 0": "masked positions filled with 0 instead of −∞",
+    "masked attention without 1/√d": "scores not scaled by 1/√d",
+}

@@ -1,75 +1,95 @@
 """The judge names a recognised mistake: a wrong answer whose values match one of its part's known mistakes
 (``MISTAKES`` of the grading side's reference module) is told which, on the first line of its message."""
 
+import importlib
+
 import pytest
 import torch
 
 import catalogue_ch03
 from autograder import parts
 from autograder.core import CheckFailed
-from autograder.judge import LocalRespondent, judge
+from autograder.judge import KNOWN_MISTAKE, LocalRespondent, judge
+from autograder.parts import reference_module
 from autograder.reference import ch03_masking as ref03
 
-KEY = "some key"
-#: catalogue_ch03's wrong answer -> the description of its mistake in ref03.MISTAKES
-OWN_MISTAKE = {
-    "masking with 0 instead of -inf": "masked positions filled with 0 instead of −∞",
-    "-1e6 fill: uniform weights on an empty row": "masked positions filled with −1e6, so a row with no valid key "
-                                                  "gets uniform weights instead of zeros",
-    "off-by-one valid lengths": "valid lengths off by one (one key too many kept)",
-    "softmax over the wrong axis": "softmax over the queries' axis instead of the keys'",
-    "strict causal mask": "a strict mask: a query may not see its own position",
-    "transposed causal mask": "a transposed mask: keys after the query allowed instead of before",
-    "bottom-right mask aligned top-left": "aligned top-left, as causal_mask (the offset k − q left out)",
-    "bottom-right offset with the wrong sign": "the offset k − q with the wrong sign",
-    "bottom-right mask never leaves a row empty": "never leaves a row empty (the offset clamped at 0)",
-    "masked attention masking with 0": "masked positions filled with 0 instead of −∞",
-    "masked attention without 1/√d": "scores not scaled by 1/√d",
-}
+#: three students' keys: a mistake is named alike whatever the hidden cases
+KEYS = ["some key", "another student", "a third one"]
+KEY = KEYS[0]
+#: every catalogue that says which known mistake each of its wrong answers makes (``KNOWN_MISTAKES``)
+CATALOGUES = [module for module in (importlib.import_module(f"catalogue_ch{n:02d}") for n in range(1, 8))
+              if hasattr(module, "KNOWN_MISTAKES")]
+
+
+def _mistaken(catalogue) -> list[tuple]:
+    """``(chapter, name, declaration, answer, phrase, description)`` of each wrong answer whose mistake is known."""
+    wrong = {name: (check.declaration, answer, why) for name, check, answer, _, why in catalogue.WRONG_AND_WHY}
+    return [(catalogue.__name__.removeprefix("catalogue_"), name, *wrong[name], description)
+            for name, description in catalogue.KNOWN_MISTAKES.items()]
+
+
+MISTAKEN = [entry for catalogue in CATALOGUES for entry in _mistaken(catalogue)]
+IDS = [f"{chapter}-{name}" for chapter, name, *_ in MISTAKEN]
 WRONG = {name: (check.declaration, answer, why) for name, check, answer, _, why in catalogue_ch03.WRONG_AND_WHY}
-MISTAKEN = [(name, *WRONG[name], description) for name, description in OWN_MISTAKE.items()]
+OWN_MISTAKE = catalogue_ch03.KNOWN_MISTAKES
 
 
-def first_line(declaration, answer, hidden=True) -> str:
+def first_line(declaration, answer, hidden=True, key=KEY) -> str:
     with pytest.raises(CheckFailed) as failure:
-        judge(declaration, LocalRespondent(declaration, answer), hidden=hidden, key=KEY)
+        judge(declaration, LocalRespondent(declaration, answer), hidden=hidden, key=key)
     return str(failure.value).splitlines()[0]
 
 
-def test_every_mistake_is_declared_and_every_declared_mistake_is_catalogued():
-    declared = {(part, description) for part, known in ref03.MISTAKES.items() for description, _ in known}
-    assert {(declaration.name, description) for _, declaration, _, _, description in MISTAKEN} == declared
-    for known in ref03.MISTAKES.values():
+def test_ch03_and_more_catalogues_name_their_mistakes():
+    assert catalogue_ch03 in CATALOGUES and len(MISTAKEN) >= len(catalogue_ch03.KNOWN_MISTAKES)
+
+
+@pytest.mark.parametrize("catalogue", CATALOGUES, ids=lambda c: c.__name__)
+def test_every_mistake_is_declared_and_every_declared_mistake_is_catalogued(catalogue):
+    mistakes = reference_module(catalogue.WRONG_AND_WHY[0][1].declaration.chapter).MISTAKES
+    declared = {(part, description) for part, known in mistakes.items() for description, _ in known}
+    assert {(declaration.name, description) for *_, declaration, _, _, description in _mistaken(catalogue)} == declared
+    for known in mistakes.values():
         assert all(function.__doc__ and len(function.__doc__.splitlines()) == 1 for _, function in known)
 
 
-@pytest.mark.parametrize("name, declaration, answer, why, description", MISTAKEN, ids=list(OWN_MISTAKE))
-def test_the_mistake_gives_the_catalogued_answers_outputs_on_the_hidden_cases(name, declaration, answer, why,
+@pytest.mark.parametrize("chapter, name, declaration, answer, why, description", MISTAKEN, ids=IDS)
+def test_the_mistake_gives_the_catalogued_answers_outputs_on_the_hidden_cases(chapter, name, declaration, answer, why,
                                                                               description):
-    mistake = dict(ref03.MISTAKES[declaration.name])[description]
-    for call in parts.hidden_calls(declaration, KEY)[0]:
-        got, expected = mistake(*call.args, **call.kwargs), answer(*call.args, **call.kwargs)
-        for g, e in zip(*((x if isinstance(x, tuple) else (x,)) for x in (got, expected)), strict=True):
-            assert g.dtype == e.dtype and torch.allclose(g, e, atol=1e-5, equal_nan=True), (name, call.description)
+    mistake = dict(reference_module(declaration.chapter).MISTAKES[declaration.name])[description]
+    adapt = declaration.adapt
+    for key in KEYS:
+        for call in parts.hidden_calls(declaration, key)[0]:
+            got, expected = adapt(mistake)(*call.args, **call.kwargs), adapt(answer)(*call.args, **call.kwargs)
+            for g, e in zip(*((x if isinstance(x, tuple) else (x,)) for x in (got, expected)), strict=True):
+                if isinstance(g, torch.Tensor):
+                    assert g.dtype == e.dtype and torch.allclose(g, e, atol=1e-5, equal_nan=True), \
+                        (name, call.description)
+                else:
+                    assert g == e, (name, call.description)
 
 
 @pytest.mark.parametrize("hidden", [True, False], ids=["hidden", "visible"])
-@pytest.mark.parametrize("name, declaration, answer, why, description", MISTAKEN, ids=list(OWN_MISTAKE))
-def test_a_wrong_answer_is_told_its_own_mistake(name, declaration, answer, why, description, hidden):
-    line = first_line(declaration, answer, hidden)
-    assert line.endswith(f"; it matches a known mistake: {description}"), line
-    assert why in line, line  # the check's own words are kept: the catalogue's phrase still matches
+@pytest.mark.parametrize("chapter, name, declaration, answer, why, description", MISTAKEN, ids=IDS)
+def test_a_wrong_answer_is_told_its_own_mistake(chapter, name, declaration, answer, why, description, hidden):
+    for key in KEYS if hidden else KEYS[:1]:
+        line = first_line(declaration, answer, hidden, key)
+        assert line.endswith(f"{KNOWN_MISTAKE}{description}"), line
+        assert why in line, line  # the check's own words are kept: the catalogue's phrase still matches
 
 
-def test_the_mistakes_named_in_one_part_differ():
+@pytest.mark.parametrize("catalogue", CATALOGUES, ids=lambda c: c.__name__)
+def test_the_mistakes_named_in_one_part_differ(catalogue):
     named: dict[str, list[str]] = {}
-    for _, declaration, answer, _, _ in MISTAKEN:
-        named.setdefault(declaration.name, []).append(first_line(declaration, answer).split("known mistake: ")[1])
+    for _, _, declaration, answer, _, _ in _mistaken(catalogue):
+        named.setdefault(declaration.name, []).append(first_line(declaration, answer).split(KNOWN_MISTAKE)[1])
     assert all(len(set(descriptions)) == len(descriptions) for descriptions in named.values()), named
 
 
-@pytest.mark.parametrize("check, answer", [(check, answer) for check, answer, _ in catalogue_ch03.CORRECT
-                                           if check.declaration.name in ref03.MISTAKES])
+@pytest.mark.parametrize("check, answer", [(check, answer) for catalogue in CATALOGUES
+                                           for check, answer, _ in catalogue.CORRECT
+                                           if check.declaration.name in reference_module(
+                                               check.declaration.chapter).MISTAKES])
 def test_correct_answers_still_pass(check, answer):
     assert judge(check.declaration, LocalRespondent(check.declaration, answer), hidden=True, key=KEY) > 0
 
@@ -97,6 +117,6 @@ def test_a_mistake_that_raises_is_skipped(monkeypatch):
 
 def test_on_a_students_machine_nothing_is_named(monkeypatch):
     monkeypatch.setattr(parts, "reference_module", lambda chapter: None)
-    for _, declaration, answer, why, _ in MISTAKEN:
+    for _, _, declaration, answer, why, _ in MISTAKEN:
         line = first_line(declaration, answer, hidden=False)
         assert why in line and "known mistake" not in line, line
