@@ -10,6 +10,8 @@ a submission's bytes, which it only hands to a worker (``autograder/grading/``).
 * ``grade.py``: :func:`grade`, grading every new or changed submission, with workers of this
   machine or a Dask cluster, and the run's summary;
 * ``gradebook.py``: the course directory as nbgrader lays it out, and the grades recorded;
+* ``report.py`` (and its figures, ``report_figures.py``): the class report, one HTML page of what the class
+  got right and wrong;
 * ``export.py``: one assignment's totals as Canvas's or Moodle's gradebook import reads them;
   ``spreadsheet.py``: every text cell of the course's CSV files inert in a spreadsheet;
 * ``secret.py``: the course secret behind the hidden cases;

@@ -35,7 +35,7 @@ CANVAS_FILES = {"lovelaceada_48213_917236_03_masking.ipynb": "lovelaceada",
 
 def guide_lines(prefix: str) -> list[str]:
     """The lines of the guide's code blocks that start with ``prefix``."""
-    blocks = re.findall(r"```[a-z]*\n(.*?)```", GUIDE.read_text(), flags=re.S)
+    blocks = re.findall(r"```[^\n]*\n(.*?)```", GUIDE.read_text(), flags=re.S)  # any fence: bash, {figure}
     return [line.strip() for block in blocks for line in block.splitlines() if line.strip().startswith(prefix)]
 
 
@@ -99,6 +99,12 @@ def test_the_guide_takes_a_lecturer_from_a_release_to_grades_in_the_lms(tmp_path
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gradebook:
         gradebook.find_grade("test_causal_mask", A, A, "hopperg").manual_score = 1.0
         gradebook.db.commit()
+    # the class report, with the guide's command: the override marked at once, before any new grade run
+    reported = autograder(course, *guide_lines("python -m autograder report")[0].split()[3:], secret=secret)
+    page = (course / "grades" / f"report-{A}.html").read_text(encoding="utf-8")
+    assert reported.stdout.strip().endswith(f"report-{A}.html")
+    assert "3 submitted, 3 graded, 0 not graded, 0 missing" in page
+    assert "<tr><td>hopperg</td><td><code>causal_mask</code></td><td>0</td><td class='override'>1</td></tr>" in page
     regraded = autograder(course, "grade", A, secret=secret)
     assert "0 to grade" in regraded.stdout and "first grading run" not in regraded.stdout
     assert "1 scores set by hand in the gradebook" in regraded.stdout
@@ -116,6 +122,14 @@ def test_the_guide_takes_a_lecturer_from_a_release_to_grades_in_the_lms(tmp_path
     assert {r["assignment"] for r in exported} == {A}
     assert {r["student_id"]: float(r["score"]) for r in exported} == {"lovelaceada": 9.0, "hopperg": 1.0,
                                                                       "turinga": 9.0}
+    # and as Canvas imports it, the guide's round trip: Canvas's user ids from the zip's names
+    canvas = next(line for line in guide_lines("python -m autograder export") if "--roster" not in line)
+    autograder(course, *canvas.split()[3:], secret=secret)
+    with (course / "grades" / f"canvas-{A}.csv").open(newline="", encoding="utf-8") as handle:
+        table = list(csv.reader(handle))
+    assert table[0][:5] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+    scores = {line[1]: float(line[5]) for line in table[1:] if line[0] != "Points Possible"}
+    assert scores == {"48213": 9.0, "51002": 1.0, "50871": 9.0}
 
 
 def test_the_moodle_expression_of_the_guide_reads_moodle_names():
