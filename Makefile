@@ -30,9 +30,10 @@ $(MATHJAX): package.json package-lock.json
 	cd node_modules/mathjax/es5 && cp -r tex-chtml.js input ui a11y sre $(CURDIR)/_assets/mathjax/
 	cp -r node_modules/mathjax/es5/output/chtml $(CURDIR)/_assets/mathjax/output/
 
-# The rendered book, every chapter executed, warnings as errors: _build/html/index.html
+# The rendered book, every chapter executed, warnings as errors: _build/html/index.html, and its
+# Chinese edition (zh/), which reuses each chapter's execution: _build/html/zh/index.html
 book: $(STAMP) $(MATHJAX)
-	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(BIN)/python _ext/build_books.py --keep-going
 
 # The whole test suite (it builds the book too, in a temporary folder, and visits every
 # page in headless Chromium; screenshots land in _build/screenshots/).
@@ -48,10 +49,13 @@ sandbox:
 	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; } \
 	  || { sudo apt-get update -qq && sudo apt-get install -y -qq bubblewrap; }
 
-# Debian's Chromium, the browser of the book's browser tests (driven by Playwright).
+# Debian's Chromium, the browser of the book's browser tests (driven by Playwright), and Noto CJK,
+# so that its screenshots of the Chinese edition show Chinese, not empty boxes.
 chromium:
 	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; } \
 	  || { sudo apt-get update -qq && sudo apt-get install -y -qq chromium; }
+	@fc-list :lang=zh | grep -q . || { apt-get update -qq && apt-get install -y -qq fonts-noto-cjk; } \
+	  || { sudo apt-get update -qq && sudo apt-get install -y -qq fonts-noto-cjk; }
 
 # Debian's PostgreSQL server, for the tests of a gradebook in PostgreSQL (tests/pg.py starts a
 # throw-away server of its own, on a Unix socket in a temporary folder; nothing is configured here).
@@ -60,11 +64,14 @@ postgres:
 	  || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } \
 	  || { sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; }
 
-# Regenerate the student notebooks from solutions/, and the visible cases of the checks
-# (autograder/cases/*.json) from the references (commit the result).
+# Regenerate the student notebooks from solutions/ (and the Chinese ones, zh/exercises/, from
+# zh/solutions/), and the visible cases of the checks (autograder/cases/*.json) from the references
+# (commit the result).
 exercises: $(STAMP)
 	$(BIN)/python -m autograder.reference.generate
 	for a in $(ASSIGNMENTS); do PATH="$(abspath $(BIN)):$$PATH" nbgrader generate_assignment $$a --force || exit 1; done
+	mkdir -p _build; for a in $(ASSIGNMENTS); do PATH="$(abspath $(BIN)):$$PATH" nbgrader generate_assignment $$a --force \
+	  --CourseDirectory.root=$(abspath zh) --db=sqlite:///$(abspath _build)/zh-gradebook.db || exit 1; done
 
 benchmark: $(STAMP)
 	$(BIN)/python benchmarks/book_build.py

@@ -10,7 +10,12 @@
   second copy redeclares a ``const`` and the browser reports "Identifier 'THEBE_JS_URL'
   has already been declared" on every page. The proper fix belongs in sphinx-thebe;
   until then each page keeps one copy of each script.
+* Every page of one edition links to the same page in the other (``course_edition``: ``en``,
+  the book at the site's root, or ``zh``, the Chinese edition served under ``zh/``), at the top
+  of its text. The English instructors' pages have no Chinese counterpart and link to none.
 """
+
+from html import escape
 
 from sphinx.application import Sphinx
 
@@ -39,7 +44,34 @@ def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context
     context["script_files"] = unique
 
 
+#: Where the Chinese edition is served, under the English site; the pages of English only.
+CHINESE_FOLDER, ENGLISH_ONLY = "zh", ("book/instructors/",)
+#: The link to the other edition, as each edition writes it.
+OTHER_EDITION = {"en": ("zh-Hans", "中文版"), "zh": ("en", "English edition")}
+
+
+def other_edition_href(edition: str, pagename: str) -> str | None:
+    """The relative address of ``pagename`` in the other edition, from that page in ``edition``; ``None``
+    where it has none."""
+    if pagename.startswith(ENGLISH_ONLY):
+        return None
+    up = "../" * pagename.count("/")
+    return f"{up}{CHINESE_FOLDER}/{pagename}.html" if edition == "en" else f"../{up}{pagename}.html"
+
+
+def link_the_other_edition(app: Sphinx, pagename: str, templatename: str, context: dict, doctree) -> None:
+    """Put a link to this page in the other edition at the top of its body (pages made from a document only)."""
+    href = other_edition_href(app.config.course_edition, pagename)
+    if doctree is None or href is None or "body" not in context:
+        return
+    language, text = OTHER_EDITION[app.config.course_edition]
+    context["body"] = (f'<p class="edition-link"><a href="{escape(href)}" hreflang="{language}" lang="{language}">'
+                       f"{escape(text)}</a></p>\n" + context["body"])
+
+
 def setup(app: Sphinx) -> dict:
+    app.add_config_value("course_edition", "en", "html", types=[str])
+    app.connect("html-page-context", link_the_other_edition)
     # sphinx-book-theme adds its launch buttons at priority 501; this runs after it.
     app.connect("html-page-context", keep_launch_buttons_on_exercises, priority=502)
     app.connect("html-page-context", drop_repeated_scripts)

@@ -15,6 +15,11 @@ the sources named here):
   with the strategies that serve other text, often could not carry out the tasks the passages
   explained (Shepherd, Selden & Selden 2012). Neither study gives a rate, so the rule takes
   one between Carver's learning and memorizing gears.
+* **Chinese prose** (the Chinese edition, ``zh/``): each Chinese character at
+  ``CHARACTERS_PER_MINUTE``, the rest of the text (English names, inline math) in words as above.
+  The rate keeps the English rule's ratio to each language's standardized reading speed: the
+  IReST texts are read at about 228 words a minute in English and 255 characters a minute in
+  Chinese (Trauzettel-Klosinski & Dietz 2012), and 150 / 228 × 255 ≈ 170.
 * **display equations**: ``MINUTES_PER_EQUATION`` each, not counted as words.
   A display is where a step of the argument is made, and it is read symbol by symbol and
   checked against the line before (Inglis & Alcock 2012); one row of an aligned display is
@@ -35,8 +40,8 @@ the sources named here):
   ``--warningiserror``, fails) on a folded cell that breaks this.
 
 The **main path** is everything but the optional parts, which are counted apart:
-admonitions whose title begins with "Optional", sections whose title ends with
-"(optional)", and code cells tagged ``optional``, which belong to the optional box before
+admonitions whose title begins with "Optional" (Chinese: "选读"), sections whose title ends with
+"(optional)" (Chinese: "（选读）"), and code cells tagged ``optional``, which belong to the optional box before
 them (a notebook cell cannot sit inside a box). The exercise sections are not reading and are not counted; the assignments
 are timed from their solution notebooks (below). A main path longer than
 ``SITTING_MINUTES`` is planned over several sittings, split between sections: the Cisco
@@ -72,6 +77,7 @@ from sphinx.util import logging
 logger = logging.getLogger(__name__)
 
 WORDS_PER_MINUTE = 150  # between Carver's learning (200) and memorizing (138) gears
+CHARACTERS_PER_MINUTE = 170  # Chinese: the same ratio to the IReST norms (255 characters vs 228 words a minute)
 MINUTES_PER_EQUATION = 1.0
 LINES_PER_MINUTE = 5  # 300 lines an hour, the Cisco study's best rate of review
 MINUTES_PER_PANEL = 0.5
@@ -79,12 +85,14 @@ SITTING_MINUTES = 60  # about an hour of careful reading at a time
 SOLUTION_LINES_PER_HOUR = (15, 25)  # tested lines of solution code, slow and fast
 
 MAIN, OPTIONAL, NOT_READING = "main", "optional", "not reading"
-EXERCISE_TITLES = ("Exercise", "Exercises to think about")
+EXERCISE_TITLES = ("Exercise", "Exercises to think about", "练习", "思考题")  # English, then the Chinese edition's
+OPTIONAL_SECTION, OPTIONAL_BOX = ("(optional)", "（选读）"), ("Optional", "选读")
 FOLDED_INPUT = ("input", "input+output", "all")
 FOLDED_OUTPUT = ("output", "input+output", "all")
 DRAWING_HELPERS = ("draw_", "show_", "plot_")
 OPTIONAL_TAG = "optional"  # a code cell of an optional box (MyST cannot put a cell inside a box)
 
+CJK = re.compile("[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")  # Chinese characters (CJK ideographs)
 DEFINITION = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)", re.M)
 AXES = re.compile(r"with (\d+) Axes")
 NESTED_ROWS = re.compile(r"\\begin\{(cases|[pbvBV]?matrix|smallmatrix|array)\}.*?\\end\{\1\}", re.S)
@@ -96,6 +104,7 @@ class Load:
     """What one path of a page asks of its reader."""
 
     words: int = 0
+    characters: int = 0  # Chinese characters
     equations: int = 0
     code_lines: int = 0
     printed_lines: int = 0
@@ -103,7 +112,8 @@ class Load:
 
     @property
     def minutes(self) -> float:
-        return (self.words / WORDS_PER_MINUTE + self.equations * MINUTES_PER_EQUATION
+        return (self.words / WORDS_PER_MINUTE + self.characters / CHARACTERS_PER_MINUTE
+                + self.equations * MINUTES_PER_EQUATION
                 + (self.code_lines + self.printed_lines) / LINES_PER_MINUTE + self.panels * MINUTES_PER_PANEL)
 
 
@@ -115,6 +125,14 @@ def rule() -> str:
             f"output at {LINES_PER_MINUTE} lines a minute, and {MINUTES_PER_PANEL:g} minutes for each "
             f"panel of a figure; a folded cell only draws or prints with what the shown code defines, so "
             f"its code is not counted")
+
+
+def rule_in_chinese() -> str:
+    """The rule in one sentence, as the Chinese edition states it."""
+    return (f"中文正文每分钟 {CHARACTERS_PER_MINUTE} 个汉字（其中的英文名称与行内公式按每分钟 {WORDS_PER_MINUTE} "
+            f"个词计），每个独立显示的公式 {MINUTES_PER_EQUATION:g} 分钟（对齐公式的每一行各算一个），页面上显示的"
+            f"代码与打印输出每分钟 {LINES_PER_MINUTE} 行，图中每个子图 {MINUTES_PER_PANEL:g} 分钟；折叠的单元格只用于"
+            f"绘图或打印，其代码不计入")
 
 
 def count(doctree: nodes.Node) -> dict[str, Load]:
@@ -137,6 +155,7 @@ def _count(node: nodes.Node, path: str, loads: dict[str, Load]) -> None:
         loads[path].panels += 1
     elif isinstance(node, nodes.Text):
         loads[path].words += _words(node.astext())
+        loads[path].characters += len(CJK.findall(node.astext()))
     elif not isinstance(node, (nodes.comment, nodes.raw, nodes.system_message, ReadingTimePlaceholder)):
         for child in node.children:
             _count(child, path, loads)
@@ -153,9 +172,9 @@ def _path_of(node: nodes.Node, path: str) -> str:
     heading = _heading(node)
     if isinstance(node, nodes.section) and heading in EXERCISE_TITLES:
         return NOT_READING
-    if isinstance(node, nodes.section) and heading.endswith("(optional)"):
+    if isinstance(node, nodes.section) and heading.endswith(OPTIONAL_SECTION):
         return OPTIONAL
-    if isinstance(node, nodes.admonition) and heading.startswith("Optional"):
+    if isinstance(node, nodes.admonition) and heading.startswith(OPTIONAL_BOX):
         return OPTIONAL
     return path
 
@@ -206,7 +225,8 @@ def _panels(bundle: nodes.Element) -> int:
 
 
 def _words(text: str) -> int:
-    return sum(1 for token in text.split() if any(character.isalnum() for character in token))
+    """The words of ``text``, its Chinese characters set aside (they are counted one by one)."""
+    return sum(1 for token in CJK.sub(" ", text).split() if any(character.isalnum() for character in token))
 
 
 def _lines(code: str) -> int:
@@ -278,7 +298,8 @@ class ReadingTimesTable(nodes.General, nodes.Element):
 def reading_time_role(name, rawtext, text, lineno, inliner, options=None, content=None):
     """``{reading-time}`main```, ``{reading-time}`optional``` or ``{reading-time}`rule```."""
     if text == "rule":
-        return [nodes.Text(rule())], []
+        chinese = getattr(inliner.document.settings.env.config, "course_edition", "en") == "zh"
+        return [nodes.Text(rule_in_chinese() if chinese else rule())], []
     if text not in (MAIN, OPTIONAL):
         message = inliner.reporter.error(f"reading-time takes 'main', 'optional' or 'rule', not {text!r}",
                                          line=lineno)
@@ -316,7 +337,7 @@ def record_reading_time(app: Sphinx, doctree: nodes.document) -> None:
 
 
 def _describe(load: Load) -> str:
-    return (f"{load.words} words, {load.equations} equations, {load.code_lines} code lines, "
+    return (f"{load.words} words, {load.characters} Chinese characters, {load.equations} equations, {load.code_lines} code lines, "
             f"{load.printed_lines} printed lines, {load.panels} panels")
 
 
@@ -499,4 +520,4 @@ def setup(app: Sphinx) -> dict:
     app.connect("env-merge-info", merge)
     app.connect("env-get-outdated", reread_tables)
     # env_version: the counts kept between builds changed shape (panels, equations, sittings).
-    return {"env_version": 2, "parallel_read_safe": True, "parallel_write_safe": True}
+    return {"env_version": 3, "parallel_read_safe": True, "parallel_write_safe": True}

@@ -172,6 +172,26 @@ def test_the_exercises_are_not_reading():
     assert (loads[MAIN].words, loads[MAIN].code_lines, loads[OPTIONAL].words) == (12, 0, 0)
 
 
+def test_chinese_prose_is_read_by_the_character_and_its_english_names_by_the_word():
+    text = "注意力汇聚" * 34 + "的输出 PyTorch 与 Q K"  # 170 + 4 characters, and 3 words
+    load = count(page(nodes.paragraph("", text)))[MAIN]
+    assert (load.characters, load.words) == (reading_time.CHARACTERS_PER_MINUTE + 4, 2 + 3)  # the title's 2 words
+    assert load.minutes == pytest.approx((reading_time.CHARACTERS_PER_MINUTE + 4) / reading_time.CHARACTERS_PER_MINUTE
+                                         + 5 / reading_time.WORDS_PER_MINUTE)
+
+
+def test_the_chinese_editions_optional_parts_and_exercises_are_told_apart_as_the_englishs():
+    loads = count(page(
+        nodes.paragraph("", "正文" * 10),
+        admonition("选读：一段旁支", nodes.paragraph("", "选读" * 15)),
+        section("计时的细节（选读）", nodes.paragraph("", "细节" * 20)),
+        section("练习", nodes.paragraph("", "练习" * 50), cell(9)),
+        section("思考题", nodes.paragraph("", "思考" * 100)),
+    ))
+    assert (loads[MAIN].characters, loads[MAIN].code_lines) == (20, 0)
+    assert loads[OPTIONAL].characters == len("选读：一段旁支") - 1 + 30 + len("计时的细节选读") + 40
+
+
 def test_a_page_is_counted_once_its_placeholders_are_its_numbers():
     placeholder = reading_time.ReadingTimePlaceholder("", "", path=MAIN)
     document = page(nodes.paragraph("", "", nodes.Text("about "), placeholder), words(178))
