@@ -4,8 +4,9 @@ The freshly built book is served on localhost and every page of the table of con
 visited once, with every request that leaves localhost refused (the book must work on an
 offline classroom network). The visit records what a reader would run into: console
 errors, requests that failed, images that did not load, math left untypeset, broken
-links. Each test below asserts one of those. A full-page screenshot of every page is
-saved in ``_build/screenshots/`` (look at them; CI keeps them as artifacts).
+links. Each test below asserts one of those, for the English book and for its Chinese
+edition, served under ``zh/``. A full-page screenshot of every page is saved in
+``_build/screenshots/`` (look at them; CI keeps them as artifacts).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from layout import chapters, pages
 pytestmark = pytest.mark.slow
 
 SCREENSHOTS = ROOT / "_build" / "screenshots"
+#: The Chinese edition's pages: the English book's, under zh/, but for the instructors' (English only).
+CHINESE = [f"zh/{page}" for page in pages() if not page.startswith("book/instructors/")]
 TIMEOUT_MS = 30_000
 
 # In the page: math elements that MathJax did not typeset, MathJax's own error marks, and
@@ -113,10 +116,10 @@ def context(browser, site):
 
 @pytest.fixture(scope="module")
 def visits(context, site) -> dict[str, Visit]:
-    """Every page of the book, visited once: ``{docname: Visit}``."""
+    """Every page of both editions, visited once: ``{docname: Visit}`` (the Chinese ``zh/book/...``)."""
     shutil.rmtree(SCREENSHOTS, ignore_errors=True)
     SCREENSHOTS.mkdir(parents=True)
-    return {page: visit(context, site, page) for page in pages()}
+    return {page: visit(context, site, page) for page in pages() + CHINESE}
 
 
 def visit(context, site: str, docname: str) -> Visit:
@@ -164,7 +167,8 @@ def test_every_image_loads_and_every_chapter_has_figures(visits):
     broken = {page: v.broken_images for page, v in visits.items() if v.broken_images}
     assert not broken, broken
     for chapter in chapters():
-        assert visits[f"book/{chapter}"].images >= 3, f"{chapter} shows fewer than 3 figures"
+        for edition in ("", "zh/"):
+            assert visits[f"{edition}book/{chapter}"].images >= 3, f"{edition}{chapter} shows fewer than 3 figures"
 
 
 def test_math_is_typeset_everywhere(visits):
@@ -173,7 +177,7 @@ def test_math_is_typeset_everywhere(visits):
         assert not math["untypeset"], f"{page}: math left as TeX: {math['untypeset'][:3]}"
         assert not math["raw"], f"{page}: TeX delimiters in the text: {math['raw'][:3]}"
         assert math["errors"] == 0, f"{page}: {math['errors']} MathJax errors"
-    for page in [f"book/{c}" for c in chapters()] + ["book/notation"]:
+    for page in [f"{edition}book/{c}" for c in chapters() + ["notation"] for edition in ("", "zh/")]:
         assert visits[page].math["hasMathJax"] and visits[page].math["typeset"] > 0, f"{page}: no typeset math"
 
 
@@ -212,22 +216,43 @@ def test_search_finds_softmax(context, site):
     assert any("03_masking" in href for href in results), f"search results: {results}"
 
 
-@pytest.mark.parametrize("chapter", chapters())
-def test_exercise_page_launches_colab_and_binder_and_downloads(context, site, chapter):
-    """The launch menu opens onto Colab and Binder links for this very notebook, and the
-    download menu's .ipynb is the released student notebook."""
-    path = f"exercises/{chapter}/{chapter}.ipynb"
+def test_every_page_links_its_counterpart_in_the_other_edition(visits, site):
+    for page in CHINESE:
+        english = page.removeprefix("zh/")
+        assert f"{site}zh/{english}.html" in visits[english].links, f"{english} does not link its Chinese page"
+        assert f"{site}{english}.html" in visits[page].links, f"{page} does not link its English page"
+
+
+def test_the_chinese_edition_speaks_chinese(context, site):
+    """Its interface (the search box, the theme's buttons) is in Chinese, and its search finds Chinese words."""
     page = context.new_page()
-    page.goto(f"{site}exercises/{chapter}/{chapter}.html")
-    page.get_by_role("button", name="Launch interactive content").click()
+    page.goto(f"{site}zh/book/03_masking.html")
+    assert page.evaluate("() => document.documentElement.lang").startswith("zh")
+    page.goto(f"{site}zh/search.html?q=掩蔽")
+    page.wait_for_selector("ul.search li", timeout=TIMEOUT_MS)
+    results = page.eval_on_selector_all("ul.search li a", "links => links.map(a => a.getAttribute('href'))")
+    page.screenshot(path=str(SCREENSHOTS / "zh_search.png"), full_page=True)
+    page.close()
+    assert any("03_masking" in href for href in results), f"search results: {results}"
+
+
+@pytest.mark.parametrize("edition", ["", "zh/"], ids=["en", "zh"])
+@pytest.mark.parametrize("chapter", chapters())
+def test_exercise_page_launches_colab_and_binder_and_downloads(context, site, chapter, edition):
+    """The launch menu opens onto Colab and Binder links for this very notebook, and the
+    download menu's .ipynb is the released student notebook (of each edition)."""
+    path = f"{edition}exercises/{chapter}/{chapter}.ipynb"
+    page = context.new_page()
+    page.goto(f"{site}{edition}exercises/{chapter}/{chapter}.html")
+    page.get_by_role("button", name="Launch interactive content").click()  # the theme has no Chinese for it
     for launcher in ("colab.research.google.com", "mybinder.org"):
         link = page.locator(f'a[href*="{launcher}"]')
         assert link.is_visible(), f"{chapter}: no visible {launcher} launch button"
         assert path in link.get_attribute("href"), f"{chapter}: {launcher} opens another file"
-    page.get_by_role("button", name="Download this page").click()
+    page.get_by_role("button", name="Download this page" if not edition else "下载此页面").click()  # the theme's
     download = page.locator('a[href*="_sources/"][href$=".ipynb"]')
     assert download.is_visible(), f"{chapter}: no visible .ipynb download"
     response = page.request.get(download.evaluate("a => a.href"))
-    page.screenshot(path=str(SCREENSHOTS / f"exercise_{chapter}_menus.png"))
+    page.screenshot(path=str(SCREENSHOTS / f"exercise_{edition.strip('/')}{chapter}_menus.png"))
     page.close()
     assert response.ok and response.body() == (ROOT / path).read_bytes()

@@ -2,12 +2,13 @@
 
 import json
 import re
+import shutil
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from course import ASSIGNMENTS, ROOT, load, make_course, notebook, scores
+from course import ASSIGNMENTS, ROOT, load, make_course, nbgrader, notebook, scores
 
 pytestmark = pytest.mark.slow
 
@@ -49,15 +50,29 @@ def test_exercise_is_in_sync_with_its_solution(tmp_path, assignment):
     )
 
 
+def test_the_chinese_exercises_are_in_sync_with_their_solutions(tmp_path):
+    """zh/exercises/ is exactly what `nbgrader generate_assignment` makes from zh/solutions/ today."""
+    course = tmp_path / "zh"
+    shutil.copy(ROOT / "nbgrader_config.py", tmp_path)
+    shutil.copytree(ROOT / "zh" / "solutions", course / "solutions")
+    for assignment in ASSIGNMENTS:
+        nbgrader(tmp_path, "generate_assignment", assignment, "--force", f"--CourseDirectory.root={course}",
+                 f"--db=sqlite:///{tmp_path / 'gradebook.db'}")
+        assert load(notebook(ROOT / "zh" / "exercises", assignment)) == load(notebook(course / "exercises", assignment)), (
+            f"zh/exercises/{assignment} is stale or hand-edited: run `make exercises` and commit the result")
+
+
+@pytest.mark.parametrize("edition", ["", "zh/"], ids=["en", "zh"])
 @pytest.mark.parametrize("assignment", ASSIGNMENTS)
-def test_exercise_reveals_no_solution_and_no_hidden_test(assignment):
-    exercise = notebook(ROOT / "exercises", assignment).read_text()
+def test_exercise_reveals_no_solution_and_no_hidden_test(assignment, edition):
+    exercise = notebook(ROOT / edition / "exercises", assignment).read_text()
     for marker in MARKERS:
-        assert marker not in exercise, f"exercises/{assignment} contains `{marker}`"
-    assert "hidden=True" not in exercise, f"exercises/{assignment} contains a hidden test call"
-    for region in _solution_regions(load(notebook(ROOT / "solutions", assignment))):
+        assert marker not in exercise, f"{edition}exercises/{assignment} contains `{marker}`"
+    assert "hidden=True" not in exercise, f"{edition}exercises/{assignment} contains a hidden test call"
+    for region in _solution_regions(load(notebook(ROOT / edition / "solutions", assignment))):
         for line in region:
-            assert json.dumps(line)[1:-1] not in exercise, f"exercises/{assignment} contains solution code: {line!r}"
+            assert json.dumps(line)[1:-1] not in exercise, \
+                f"{edition}exercises/{assignment} contains solution code: {line!r}"
 
 
 def _solution_regions(nb):
