@@ -149,7 +149,7 @@ def _log_to_stdout(level: int) -> None:
 
 def publish_student_repository(args: argparse.Namespace) -> int:
     """``publish DEST``: exercises and visible checks, without references or solutions."""
-    release = publish(args.course_dir, args.destination, assignments=args.assignments)
+    release = publish(args.course_dir, args.destination, assignments=args.assignments, language=args.language)
     for warning in release.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     where = args.destination.resolve()

@@ -6,7 +6,9 @@ command and ``instructors/`` (the answers to the book's think-exercises). Studen
 second repository made from it by this command, holding only
 
 * ``exercises/``: the released notebooks, those of the assignments chosen
-  (``--assignments 01 02``; all by default), earlier releases kept as they are;
+  (``--assignments 01 02``; all by default), earlier releases kept as they are; in English, or
+  in Chinese (``--language zh``: the notebooks of ``zh/exercises/``, generated from
+  ``zh/solutions/``, whose code cells, grade ids and points are the English ones);
 * ``autograder/`` without ``reference/``, ``grading/`` and ``instructor/``: the visible checks of every
   chapter, which read their expected values from ``autograder/cases/*.json`` (the checks of
   an assignment not released yet give nothing of its answers away);
@@ -63,6 +65,26 @@ This repository is generated from the instructors' course repository by
 """
 
 
+README_IN_CHINESE = """# {title}：练习
+
+本课程的练习 notebook，以及其中测试单元格调用的检查程序。
+
+* 从课程书中用 Colab 或 Binder 打开 `exercises/` 中的 notebook，或在本地运行：
+  `pip install torch matplotlib jupyterlab && pip install --no-deps .`，然后
+  `jupyter lab exercises/`。
+* 补全每一处 `# YOUR CODE HERE`，并运行其下方的测试单元格：`✔ …` 表示你的答案通过了可见的检查；
+  未通过时，提示会说明用了哪个输入、哪里出了错（检查程序的提示为英文）。
+* 评分时，每个测试单元格还会在评分时为你生成的输入上运行隐藏的检查，所以请解决一般的问题，
+  而不只是可见的例子。
+
+本仓库由教师的课程仓库通过 `python -m autograder publish --language zh` 生成，请勿手工修改。
+"""
+
+#: Where each edition's assignments are in the course repository: ``solutions/`` and ``exercises/`` under it.
+EDITIONS = {"en": ".", "zh": "zh"}
+READMES = {"en": README, "zh": README_IN_CHINESE}
+
+
 PYPROJECT = """[build-system]
 requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
@@ -105,7 +127,7 @@ class Release:
 
 
 def publish(course: Path, destination: Path, title: str = "Attention Mechanisms",
-            assignments: list[str] | None = None, check_generated: bool = True) -> Release:
+            assignments: list[str] | None = None, check_generated: bool = True, language: str = "en") -> Release:
     """Write the student repository of ``course`` into ``destination`` and commit it.
 
     Args:
@@ -113,6 +135,7 @@ def publish(course: Path, destination: Path, title: str = "Attention Mechanisms"
             release; ``None``: all. The exercises of assignments released before stay.
         check_generated: refuse an exercise that differs from a fresh generation of its
             source (needs nbgrader; leave it on).
+        language: ``en``, or ``zh`` for the Chinese edition's notebooks (``zh/exercises/``) and README.
 
     Raises:
         PublishError: ``destination`` is inside the course, is a folder not made by this
@@ -120,23 +143,27 @@ def publish(course: Path, destination: Path, title: str = "Attention Mechanisms"
             something meant for instructors would be published.
     """
     course, destination = course.resolve(), destination.resolve()
+    if language not in EDITIONS:
+        raise PublishError(f"no edition in {language!r}: the course has {', '.join(EDITIONS)}")
+    edition = course / EDITIONS[language]
     if destination == course or course in destination.parents:
         raise PublishError(f"{destination} is inside the course repository; publish to a folder outside it")
-    missing = [name for name in [*PUBLISHED, "exercises", "pyproject.toml"] if not (course / name).exists()]
+    missing = [name for name in [*PUBLISHED, "pyproject.toml"] if not (course / name).exists()]
+    missing += [] if (edition / "exercises").is_dir() else [str((edition / "exercises").relative_to(course))]
     if missing:
         raise PublishError(f"{course} is not the course repository: it lacks {', '.join(missing)}")
-    chosen = _chosen(course, assignments)
+    chosen = _chosen(edition, assignments)
     if check_generated:
-        _expect_generated(course, chosen)
+        _expect_generated(course, edition, chosen)
     _prepare(destination)
     for name in PUBLISHED:
         shutil.copytree(course / name, destination / name, ignore=_withheld(course))
     for assignment in chosen:
         shutil.rmtree(destination / "exercises" / assignment, ignore_errors=True)
-        shutil.copytree(course / "exercises" / assignment, destination / "exercises" / assignment,
+        shutil.copytree(edition / "exercises" / assignment, destination / "exercises" / assignment,
                         ignore=_withheld(course))
     (destination / "pyproject.toml").write_text(_students_pyproject(course), encoding="utf-8")
-    (destination / "README.md").write_text(README.format(title=title), encoding="utf-8")
+    (destination / "README.md").write_text(READMES[language].format(title=title), encoding="utf-8")
     (destination / ".gitignore").write_text("__pycache__/\n*.egg-info/\n.ipynb_checkpoints/\n", encoding="utf-8")
     written = sorted(p.relative_to(destination) for p in destination.rglob("*")
                      if p.is_file() and ".git" not in p.relative_to(destination).parts)
@@ -145,9 +172,9 @@ def publish(course: Path, destination: Path, title: str = "Attention Mechanisms"
     return Release(written, chosen, committed, _install_warnings(course, destination))
 
 
-def _chosen(course: Path, assignments: list[str] | None) -> list[str]:
-    """The assignment ids asked for (by id or number), checked against ``exercises/``."""
-    known = sorted(p.name for p in (course / "exercises").iterdir() if p.is_dir() and not p.name.startswith("."))
+def _chosen(edition: Path, assignments: list[str] | None) -> list[str]:
+    """The assignment ids asked for (by id or number), checked against the edition's ``exercises/``."""
+    known = sorted(p.name for p in (edition / "exercises").iterdir() if p.is_dir() and not p.name.startswith("."))
     if assignments is None:
         return known
     chosen = []
@@ -159,22 +186,25 @@ def _chosen(course: Path, assignments: list[str] | None) -> list[str]:
     return chosen
 
 
-def _expect_generated(course: Path, assignments: list[str]) -> None:
-    """Each exercise equals a fresh ``nbgrader generate_assignment`` of its source, or nothing is published."""
+def _expect_generated(course: Path, edition: Path, assignments: list[str]) -> None:
+    """Each exercise of ``edition`` (the course folder, or ``zh/``) equals a fresh ``nbgrader generate_assignment``
+    of its source, or nothing is published."""
     with tempfile.TemporaryDirectory(prefix="publish-check-") as folder:
         scratch = Path(folder)
         shutil.copy(course / "nbgrader_config.py", scratch)
         for assignment in assignments:
-            shutil.copytree(course / "solutions" / assignment, scratch / "solutions" / assignment)
+            shutil.copytree(edition / "solutions" / assignment, scratch / "solutions" / assignment)
             generated = subprocess.run(["nbgrader", "generate_assignment", assignment, "--force"], cwd=scratch,
                                        capture_output=True, text=True, env=environment_on_path(os.environ))
             if generated.returncode != 0:
                 raise PublishError(f"nbgrader could not generate {assignment}: {generated.stderr.strip()[-500:]}")
             fresh = json.loads((scratch / "exercises" / assignment / f"{assignment}.ipynb").read_text())
-            released = json.loads((course / "exercises" / assignment / f"{assignment}.ipynb").read_text())
+            released = json.loads((edition / "exercises" / assignment / f"{assignment}.ipynb").read_text())
             if fresh != released:
-                raise PublishError(f"exercises/{assignment} is not what nbgrader generates from solutions/{assignment} "
-                                   "(a solved or edited copy?): run `make exercises`, then publish again")
+                where = edition.relative_to(course)
+                raise PublishError(f"{where / 'exercises' / assignment} is not what nbgrader generates from "
+                                   f"{where / 'solutions' / assignment} (a solved or edited copy?): run `make exercises`, "
+                                   "then publish again")
 
 
 def _students_pyproject(course: Path) -> str:

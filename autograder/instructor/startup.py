@@ -40,6 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     release = commands.add_parser("publish", help="write the student repository of a course run for credit")
     release.add_argument("destination", type=Path, help="folder of the student repository (made, or updated)")
     release.add_argument("--course-dir", type=Path, default=Path("."), help="the course repository (default: .)")
+    release.add_argument("--language", choices=["en", "zh"], default="en",
+                         help="the edition of the notebooks: en, or zh for the Chinese ones (zh/exercises/) and a "
+                              "Chinese README (default: en)")
     release.add_argument("--assignments", nargs="+", default=None, metavar="ID",
                          help="the assignments to release, by id or number (e.g. 01 02); earlier releases stay "
                               "(default: all)")

@@ -138,6 +138,23 @@ def test_publishing_withholds_the_answers(tmp_path):
     assert not leaked, f"answer text was published: {leaked[:3]}"
 
 
+@pytest.mark.slow
+def test_publishing_the_chinese_edition_releases_its_generated_notebooks(tmp_path):
+    """``--language zh``: the notebooks of zh/exercises/ (checked against a fresh generation of zh/solutions/),
+    their code the English notebooks', and a README in Chinese."""
+    destination = tmp_path / "students"
+    release = publishing.publish(ROOT, destination, assignments=["03"], language="zh")
+    assert release.assignments == ["03_masking"] and release.committed
+    published = json.loads((destination / "exercises" / "03_masking" / "03_masking.ipynb").read_text())
+    assert published == json.loads((ROOT / "zh" / "exercises" / "03_masking" / "03_masking.ipynb").read_text())
+    english = json.loads((ROOT / "exercises" / "03_masking" / "03_masking.ipynb").read_text())
+    assert [c for c in published["cells"] if c["cell_type"] == "code"] == \
+        [c for c in english["cells"] if c["cell_type"] == "code"]
+    assert "检查程序的提示为英文" in (destination / "README.md").read_text(encoding="utf-8")
+    with pytest.raises(publishing.PublishError, match="no edition in 'fr'"):
+        publishing.publish(ROOT, tmp_path / "other", language="fr")
+
+
 def test_publishing_refuses_instructor_folders_even_if_listed(tmp_path, monkeypatch):
     monkeypatch.setattr(publishing, "PUBLISHED", [*publishing.PUBLISHED, "instructors"])
     with pytest.raises(publishing.PublishError, match="instructors only"):
