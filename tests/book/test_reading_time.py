@@ -281,3 +281,11 @@ def test_every_chapter_states_its_counted_time_and_the_syllabus_plans_by_the_rul
         fast, slow = solution.hours()
         assert row and f"<p>{fast:g}–{slow:g} h</p>" in row.group(0), (
             f"assignment {number}: the syllabus does not give {fast:g}–{slow:g} h")
+
+
+def test_every_chinese_chapter_states_its_own_counted_time(built_book):
+    """The Chinese edition counts its own pages (characters, not words): each first line gives two numbers."""
+    for chapter in chapters():
+        page = (built_book / "zh" / "book" / f"{chapter}.html").read_text(encoding="utf-8")
+        first_line = re.search(r"阅读时间.{0,12}主线约需? ?(\d+) ?分钟.{0,6}选读部分另需约 ?(\d+)", page, re.S)
+        assert first_line, f"zh/book/{chapter}'s first line does not give its counted reading time"
