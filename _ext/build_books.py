@@ -22,6 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 #: The Chinese edition's folder (a book of its own) and where its pages are served, under the English site.
 CHINESE, SERVED_AT = "zh", "zh"
+#: Where the site is written, relative to the repository: jupyter-book's own place for the English book.
+SITE = "_build/html"
 
 
 class BuildFailed(Exception):
@@ -40,7 +42,7 @@ def build(root: Path = ROOT, *, keep_going: bool = False, capture: bool = True) 
     # run from zh/, whose _config.yml names the English build's cache relative to it
     chinese_output = root / "_build" / CHINESE
     _run([jupyter_book, "build", ".", "--path-output", str(chinese_output), *flags], root / CHINESE, capture)
-    site = root / "_build" / "html"
+    site = root / SITE
     shutil.rmtree(site / SERVED_AT, ignore_errors=True)
     shutil.copytree(chinese_output / "_build" / "html", site / SERVED_AT)
     return site

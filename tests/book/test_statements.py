@@ -190,6 +190,16 @@ def make_target(command: str) -> str | None:
     return words[1] if len(words) == 2 and words[0] == "make" else None
 
 
+def _driver():
+    """``_ext/build_books.py``, the build of both editions, as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_books", ROOT / "_ext" / "build_books.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def readme_book_command() -> str:
     """The README's set-up command that builds the book: the one whose make target runs
     ``jupyter-book build``."""
@@ -197,17 +207,24 @@ def readme_book_command() -> str:
     commands = setup_commands(ROOT / "README.md", "Set-up: two commands")
     building = [
         c for c in commands
-        if make_target(c) in rules and any("jupyter-book build" in r for r in rules[make_target(c)][1])
+        if make_target(c) in rules and any(BUILDS_THE_BOOK.search(r) for r in rules[make_target(c)][1])
     ]
     assert len(building) == 1, f"README.md: expected one set-up command that builds the book, found {building} in {commands}"
     return building[0]
 
 
+#: A recipe line that builds the book: jupyter-book itself, or the course's driver of both editions.
+BUILDS_THE_BOOK = re.compile(r"jupyter-book build|_ext/build_books\.py")
+
+
 def book_output_folder(command: str) -> str:
-    """The folder the book command writes its HTML to, from the ``jupyter-book build``
-    line of its make target: ``<path-output or book path>/_build/<builder>`` (jupyter-book
-    1.x's layout; ``html`` unless ``--builder`` says otherwise)."""
+    """The folder the book command writes its HTML to: the driver's ``SITE`` (``_ext/build_books.py``, which
+    builds both editions), or from a ``jupyter-book build`` line of its make target:
+    ``<path-output or book path>/_build/<builder>`` (jupyter-book 1.x's layout; ``html`` unless ``--builder``
+    says otherwise)."""
     _, rules = makefile()
+    if any("_ext/build_books.py" in r for r in rules[make_target(command)][1]):
+        return normalize(_driver().SITE)
     builds = [r for r in rules[make_target(command)][1] if "jupyter-book build" in r]
     assert len(builds) == 1, f"Makefile: target {make_target(command)} should run jupyter-book build once: {builds}"
     words = shlex.split(builds[0])
