@@ -106,7 +106,7 @@ def _weights_over_queries(queries, keys, values, kernel=ref01.gaussian_kernel, b
 
 
 def _bandwidth_multiplies(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
-    return pooling(queries * bandwidth**2, keys * bandwidth**2, values, kernel, 1.0)  # (q-k)·h, not (q-k)/h
+    return pooling(queries * bandwidth**2, keys * bandwidth**2, values, kernel, bandwidth)  # (q-k)·h, not (q-k)/h
 
 
 def _no_empty_row_guard(queries, keys, values, kernel=ref01.gaussian_kernel, bandwidth=1.0):
@@ -290,3 +290,20 @@ WRONG_AND_WHY = [
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
+#: the wrong answers above whose mistake the grading side knows (the reference's ``MISTAKES``), and how its
+#: message names it (tests/students/test_mistakes.py)
+KNOWN_MISTAKES = {
+    "weights normalised over queries": "weights normalised over the queries (dim 0) instead of over each query's keys",
+    "bandwidth multiplies the distance": "distances multiplied by the bandwidth instead of divided by it",
+    "kernel argument ignored": "the kernel argument ignored: always the gaussian kernel",
+    "+ 1e-12 in the denominator": "+ 1e-12 in the denominator: rows of tiny kernel values no longer sum to 1",
+    "leave-one-out drops the wrong pair": "row i leaves out pair i + 1 instead of pair i",
+    "keys and values unpaired": "values reversed within each row: no longer paired with their keys",
+    "boxcar excludes |u| = 1": "|u| < 1 instead of |u| ≤ 1: the boundary ±1 left out",
+    "Epanechnikov not clamped at 0": "1 − u² not clamped at 0: negative beyond |u| = 1",
+    "Gaussian without the 1/2": "exp(−u²) without the 1/2",
+    "softmax over queries": "softmax over the queries' axis (dim 0) instead of the keys'",
+    "mean instead of summed loss": "mean instead of summed squared loss",
+    "gradients never zeroed": "gradients never zeroed: they accumulate across epochs",
+    "training without leave-one-out": "no leave-one-out: each point is among its own keys",
+}

@@ -180,3 +180,13 @@ WRONG_AND_WHY = [
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
+#: ``{name of a wrong answer above: the known mistake its message names}`` (tests/students/test_mistakes.py); the
+#: others fail for another reason than a wrong result, except "score_fn ignored", which raises on the hidden cases
+KNOWN_MISTAKES = {
+    "scaling by d instead of √d": "scores divided by d instead of √d",
+    "no scaling": "scores not scaled by 1/√d",
+    "bilinear without W when the widths match": "W left out when queries and keys have the same width "
+                                                "(qᵀk instead of qᵀ W k)",
+    "additive scores without tanh": "tanh left out: w_vᵀ (q W_q + k W_k)",
+    "softmax over the wrong axis": "softmax over the queries' axis instead of the keys'",
+}

@@ -235,11 +235,34 @@ WRONG_AND_WHY = [
     ("dropout on the output instead of the weights", ch04.check_multi_head_attention, _DropoutOnOutput, False,
      "dropout acts on the output, not on the attention weights"),
     ("parameter count forgets W_o", ch04.check_mha_parameter_count, _count_without_output, False,
-     "parameters, expected"),
+     "parameters"),  # "counted N parameters" (a hidden case does not say what was expected)
     ("parameter count ignores the wide heads", ch04.check_mha_parameter_count, _count_wide_as_narrow, False,
-     "parameters, expected"),
+     "parameters"),  # "counted N parameters" (a hidden case does not say what was expected)
     ("parameter count forgets the biases", ch04.check_mha_parameter_count, _count_without_bias, False,
-     "parameters, expected"),
+     "parameters"),  # "counted N parameters" (a hidden case does not say what was expected)
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
+#: the wrong answers above whose mistake the grading side knows (the reference's ``MISTAKES``), and how its
+#: message names it (tests/students/test_mistakes.py)
+KNOWN_MISTAKES = {
+    "scaled by the input width, not the key width": "scores scaled by 1/√d of the tokens' width instead of the keys' "
+                                                    "width",
+    "self-attention softmax over queries": "softmax over the queries' axis instead of the keys'",
+    "graph mask transposed": "edges read the wrong way: the mask transposed (j → i instead of i → j)",
+    "graph mask without self-loops": "self-loops left out even when self_loops=True",
+    "heads interleaved instead of contiguous": "heads take interleaved features (i, i + h, …) instead of contiguous "
+                                               "blocks",
+    "split by reshape without transpose": "reshaped straight to (batch, heads, n, d) without the transpose",
+    "merge by reshape without transpose": "heads merged without moving the head axis back (reshape without the "
+                                          "transpose)",
+    "output projection forgotten": "the output projection W_o left out",
+    "heads merged back without the transpose": "heads merged without moving the head axis back (reshape without the "
+                                               "transpose)",
+    "mask not broadcast over heads": "the mask not broadcast: the first sequence's first (q, k) mask used for every "
+                                     "sequence and head",
+    "scaled by the full width, not the head width": "scores scaled by 1/√num_hiddens instead of 1/√(head width)",
+    "parameter count forgets W_o": "the output projection W_o left out of the count",
+    "parameter count ignores the wide heads": "head_dim ignored: wide heads counted as narrow ones",
+    "parameter count forgets the biases": "the biases left out of the count",
+}

@@ -214,3 +214,14 @@ WRONG_AND_WHY = [
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
+#: the known mistake (``MISTAKES`` of the reference module) the judge names for each wrong answer that makes one
+KNOWN_MISTAKES = {
+    "sin and cos swapped": "sin and cos swapped (cos in the even columns)",
+    "exponent i/d instead of 2i/d": "exponent i/d instead of 2i/d in the frequencies",
+    "positions starting at 1": "positions counted from 1 instead of 0",
+    "offset matrix right for one position only": "a diagonal matrix fitted at position 0 only, not rotation blocks",
+    "offset matrix turning the wrong way": "rotation blocks turning the wrong way (sin signs swapped)",
+    "rotary rotates halves, not neighbours": "pairs (i, i + d/2) rotated instead of neighbours (2i, 2i+1)",
+    "rotary with one frequency for every pair": "one frequency for every pair (the 1/10000^(2i/d) left out)",
+    "rotary on the queries only": "rotary applied to the queries only, not the keys",
+}

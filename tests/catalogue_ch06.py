@@ -191,3 +191,18 @@ WRONG_AND_WHY = [
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
+#: the wrong answers above whose mistake the grading side knows (the reference's ``MISTAKES``), and how its
+#: message names it (tests/students/test_mistakes.py)
+KNOWN_MISTAKES = {
+    "residual added after the norm": "each sublayer's output normalised before the residual is added "
+                                     "(X + norm(sublayer(X)))",
+    "pre-norm instead of the contract's post-norm": "a pre-norm block (X + sublayer(norm(X))) instead of the "
+                                                    "post-norm norm(X + sublayer(X))",
+    "valid_lens ignored": "valid_lens ignored: padding keys attended to",
+    "feed-forward residual forgotten": "no residual around the feed-forward network (norm2(ffn(Y)) instead of "
+                                       "norm2(Y + ffn(Y)))",
+    "attention output computed but not used": "the attention's output not added: X added to itself in the first "
+                                              "residual",
+    "running sum not rescaled": "running sum and output not rescaled by exp(m_old − m_new) when the maximum grows",
+    "last partial chunk dropped": "the last partial chunk of keys dropped (only k // chunk_size whole chunks read)",
+}

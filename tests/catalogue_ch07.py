@@ -416,9 +416,32 @@ WRONG_AND_WHY = [
     ("groups mapped in the wrong order", ch07.check_grouped_query_attention, _GroupsInTheWrongOrder, False,
      "the output: wrong values"),
     ("keys and values as wide as the queries", ch07.check_grouped_query_attention, _WideKeys, False, "output features"),
-    ("cache bytes of the keys only", ch07.check_kv_cache_bytes, _keys_only, False, "bytes, expected"),
-    ("cache bytes without the batch", ch07.check_kv_cache_bytes, _batch_forgotten, False, "bytes, expected"),
+    ("cache bytes of the keys only", ch07.check_kv_cache_bytes, _keys_only, False,
+     "bytes"),  # "N bytes" (a hidden case does not say what was expected)
+    ("cache bytes without the batch", ch07.check_kv_cache_bytes, _batch_forgotten, False,
+     "bytes"),  # "N bytes" (a hidden case does not say what was expected)
     ("an untrained model", ch07.check_train_reversal_decoder, _untrained, False, "no backward pass"),
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
+#: the wrong answers above whose mistake the grading side knows (the reference's ``MISTAKES``), and how its
+#: message names it (tests/students/test_mistakes.py)
+KNOWN_MISTAKES = {
+    "loss shifted the wrong way": "targets shifted the wrong way: position t scored against token t − 1",
+    "loss not shifted": "no shift: position t scored against its own token",
+    "padding counted in the mean": "padding not left out: its targets scored and counted in the mean",
+    "cache that forgets the newest key": "the new key and value cached but not attended to in their own step",
+    "window one position too wide": "window one position too wide (window + 1 positions kept)",
+    "window one position too narrow": "window one position too narrow (window − 1 positions kept)",
+    "end token not repeated": "a sequence that produced eos_id goes on decoding instead of repeating it",
+    "finished hypotheses pooled outside the beam": "finished hypotheses set aside in a pool, the beam refilled with "
+                                                   "beam_size unfinished ones",
+    "finished hypotheses pooled as libraries do, no length penalty": "finished hypotheses pooled only when among the "
+                                                                     "step's beam_size best, as Hugging Face and "
+                                                                     "fairseq do (no length penalty)",
+    "length-normalised score": "score averaged over the generated tokens instead of summed",
+    "groups mapped in the wrong order": "query head g paired with key/value head g mod num_kv_heads (repeat instead "
+                                        "of repeat_interleave)",
+    "cache bytes of the keys only": "the keys only: the factor 2 for keys and values left out",
+    "cache bytes without the batch": "batch_size left out",
+}

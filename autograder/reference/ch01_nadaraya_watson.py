@@ -157,6 +157,128 @@ REFERENCES = {
 }
 
 # --------------------------------------------------------------------------------------
+# Known mistakes: the judge names the one a wrong answer's values match (judge.py)
+# --------------------------------------------------------------------------------------
+
+
+def _gaussian_without_half(u):
+    """``exp(-u²)``: the ``/2`` left out."""
+    return torch.exp(-(u**2))
+
+
+def _boxcar_strict(u):
+    """``|u| < 1``: the boundary ``±1`` gets 0."""
+    return (u.abs() < 1).to(u.dtype)
+
+
+def _epanechnikov_unclamped(u):
+    """``1 - u²`` without the clamp: negative beyond ``|u| = 1``."""
+    return 1 - u**2
+
+
+def _pooled(scores, totals, values):
+    weights = scores / totals
+    return weights @ values, weights
+
+
+def _pooling_over_queries(queries, keys, values, kernel=gaussian_kernel, bandwidth=1.0):
+    """Each key's column normalised (sum over the queries, dim 0) instead of each query's row."""
+    scores = kernel((queries[:, None] - keys[None, :]) / bandwidth)
+    return _pooled(scores, scores.sum(dim=0, keepdim=True), values)
+
+
+def _pooling_bandwidth_multiplies(queries, keys, values, kernel=gaussian_kernel, bandwidth=1.0):
+    """``K((query - key) · h)`` instead of ``K((query - key) / h)``."""
+    return nadaraya_watson(queries, keys, values, kernel, 1.0 / bandwidth)
+
+
+def _pooling_always_gaussian(queries, keys, values, kernel=gaussian_kernel, bandwidth=1.0):
+    """The Gaussian kernel whatever ``kernel`` is passed."""
+    return nadaraya_watson(queries, keys, values, gaussian_kernel, bandwidth)
+
+
+def _pooling_epsilon(queries, keys, values, kernel=gaussian_kernel, bandwidth=1.0):
+    """``1e-12`` added to each row's sum: rows of tiny kernel values no longer sum to 1."""
+    scores = kernel((queries[:, None] - keys[None, :]) / bandwidth)
+    return _pooled(scores, scores.sum(dim=1, keepdim=True) + 1e-12, values)
+
+
+def _leave_one_out_next_pair(x, y):
+    """Row ``i`` leaves out pair ``i + 1`` (cyclically) instead of pair ``i``."""
+    n = x.shape[0]
+    keep = ~torch.eye(n, dtype=torch.bool, device=x.device).roll(1, dims=1)
+    return x.expand(n, n)[keep].reshape(n, n - 1), y.expand(n, n)[keep].reshape(n, n - 1)
+
+
+def _leave_one_out_values_reversed(x, y):
+    """The right keys, each row's values in reverse order: pairs broken."""
+    keys, values = leave_one_out(x, y)
+    return keys, values.flip(1)
+
+
+class _RegressionSoftmaxOverQueries(NWKernelRegression):
+    """The softmax taken down the queries' axis (dim 0) instead of along each query's keys."""
+
+    def forward(self, queries, keys, values):
+        self.attention_weights = torch.softmax(-(((queries[:, None] - keys) * self.w) ** 2) / 2, dim=0)
+        return (self.attention_weights * values).sum(dim=1)
+
+
+def _train_with(model, x_train, y_train, epochs, lr, keys, values, reduce=torch.sum, zero_grad=True):
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    losses = []
+    for _ in range(epochs):
+        if zero_grad:
+            optimizer.zero_grad()
+        loss = reduce((model(x_train, keys, values) - y_train) ** 2)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return losses
+
+
+def _train_mean_loss(model, x_train, y_train, epochs=5, lr=0.5):
+    """The mean of the squared leave-one-out errors instead of their sum."""
+    return _train_with(model, x_train, y_train, epochs, lr, *leave_one_out(x_train, y_train), reduce=torch.mean)
+
+
+def _train_no_zero_grad(model, x_train, y_train, epochs=5, lr=0.5):
+    """No ``zero_grad``: each step uses the gradients of every epoch so far."""
+    return _train_with(model, x_train, y_train, epochs, lr, *leave_one_out(x_train, y_train), zero_grad=False)
+
+
+def _train_without_leave_one_out(model, x_train, y_train, epochs=5, lr=0.5):
+    """Every training pair among each point's keys, its own included."""
+    n = x_train.shape[0]
+    return _train_with(model, x_train, y_train, epochs, lr, x_train.expand(n, n), y_train.expand(n, n))
+
+
+#: ``{part: ((what the student did, in their words), the function that does it), ...}``: the one whose values a
+#: wrong answer's match is named in its message (of several, the one matching it on most cases; then the first).
+MISTAKES = {
+    "gaussian_kernel": (("exp(−u²) without the 1/2", _gaussian_without_half),),
+    "boxcar_kernel": (("|u| < 1 instead of |u| ≤ 1: the boundary ±1 left out", _boxcar_strict),),
+    "epanechnikov_kernel": (("1 − u² not clamped at 0: negative beyond |u| = 1", _epanechnikov_unclamped),),
+    "nadaraya_watson": (
+        ("weights normalised over the queries (dim 0) instead of over each query's keys", _pooling_over_queries),
+        ("distances multiplied by the bandwidth instead of divided by it", _pooling_bandwidth_multiplies),
+        ("the kernel argument ignored: always the gaussian kernel", _pooling_always_gaussian),
+        ("+ 1e-12 in the denominator: rows of tiny kernel values no longer sum to 1", _pooling_epsilon),
+    ),
+    "leave_one_out": (
+        ("row i leaves out pair i + 1 instead of pair i", _leave_one_out_next_pair),
+        ("values reversed within each row: no longer paired with their keys", _leave_one_out_values_reversed),
+    ),
+    "NWKernelRegression": (("softmax over the queries' axis (dim 0) instead of the keys'",
+                            _RegressionSoftmaxOverQueries),),
+    "train_nw": (
+        ("mean instead of summed squared loss", _train_mean_loss),
+        ("gradients never zeroed: they accumulate across epochs", _train_no_zero_grad),
+        ("no leave-one-out: each point is among its own keys", _train_without_leave_one_out),
+    ),
+}
+
+# --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
 

@@ -127,6 +127,61 @@ REFERENCES = {
 }
 
 # --------------------------------------------------------------------------------------
+# Known mistakes: the judge names the one a wrong answer's values match (judge.py)
+# --------------------------------------------------------------------------------------
+
+
+def _scores_scaled_by_d(queries, keys):
+    """Scores ``QKᵀ/d``: divided by ``d`` instead of ``√d``."""
+    return queries @ keys.transpose(-2, -1) / queries.shape[-1]
+
+
+def _scores_unscaled(queries, keys):
+    """Scores ``QKᵀ`` without the ``1/√d``."""
+    return queries @ keys.transpose(-2, -1)
+
+
+def _bilinear_without_w_when_square(queries, keys, W):
+    """``qᵀk`` when ``dq = dk`` (``W`` left out), ``qᵀ W k`` otherwise."""
+    if queries.shape[-1] == keys.shape[-1]:
+        return queries @ keys.transpose(-2, -1)
+    return bilinear_scores(queries, keys, W)
+
+
+def _additive_without_tanh(queries, keys, W_q, W_k, w_v):
+    """``w_vᵀ (q W_q + k W_k)``: the ``tanh`` left out."""
+    return ((queries @ W_q).unsqueeze(-2) + (keys @ W_k).unsqueeze(-3)) @ w_v
+
+
+def _attention_softmax_over_queries(queries, keys, values, score_fn=scaled_dot_product_scores):
+    """The softmax runs down the queries' axis (dim -2), not along the keys'."""
+    weights = torch.softmax(score_fn(queries, keys), dim=-2)
+    return weights @ values, weights
+
+
+#: ``{part: ((what the student did, in their words), the function that does it), ...}``: the one whose values a
+#: wrong answer's match is named in its message (of several, the one matching it on most cases; then the first).
+#: Not declared: ``attention`` ignoring ``score_fn`` (on the hidden cases its dot product of queries and keys of
+#: different widths raises before any value can be compared) and ``dot_product_variance`` (judged by its
+#: statistics, not against the reference).
+MISTAKES = {
+    "scaled_dot_product_scores": (
+        ("scores divided by d instead of √d", _scores_scaled_by_d),
+        ("scores not scaled by 1/√d", _scores_unscaled),
+    ),
+    "bilinear_scores": (
+        ("W left out when queries and keys have the same width (qᵀk instead of qᵀ W k)",
+         _bilinear_without_w_when_square),
+    ),
+    "additive_scores": (
+        ("tanh left out: w_vᵀ (q W_q + k W_k)", _additive_without_tanh),
+    ),
+    "attention": (
+        ("softmax over the queries' axis instead of the keys'", _attention_softmax_over_queries),
+    ),
+}
+
+# --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
 

@@ -145,6 +145,145 @@ REFERENCES = {
 }
 
 # --------------------------------------------------------------------------------------
+# Known mistakes: the judge names the one a wrong answer's values match (judge.py)
+# --------------------------------------------------------------------------------------
+
+
+def _self_attention_scaled_by_token_width(X, W_q, W_k, W_v, mask=None):
+    """Scores divided by √d of the tokens ``X``, not of the keys ``XW_k``."""
+    Q = X @ W_q
+    return masked_attention(Q * math.sqrt(Q.shape[-1] / X.shape[-1]), X @ W_k, X @ W_v, mask)
+
+
+def _self_attention_softmax_over_queries(X, W_q, W_k, W_v, mask=None):
+    """The softmax normalises each key's column over the queries, not each query's row over the keys."""
+    Q, K, V = X @ W_q, X @ W_k, X @ W_v
+    scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-2).nan_to_num(0.0)
+    return weights @ V, weights
+
+
+def _graph_mask_transposed(adjacency, self_loops=True):
+    """``mask[j, i]`` for an edge ``i → j``: the mask transposed."""
+    return graph_attention_mask(adjacency, self_loops).T
+
+
+def _graph_mask_without_self_loops(adjacency, self_loops=True):
+    """The diagonal left out even when ``self_loops`` is ``True``."""
+    return graph_attention_mask(adjacency, self_loops=False)
+
+
+def _split_interleaved(X, num_heads):
+    """Head ``i`` takes features ``i, i + h, i + 2h, …`` instead of a contiguous block."""
+    batch, n, width = X.shape
+    return X.reshape(batch, n, width // num_heads, num_heads).permute(0, 3, 1, 2)
+
+
+def _split_without_transpose(X, num_heads):
+    """``(batch, n, heads·d)`` reshaped straight to ``(batch, heads, n, d)``: tokens and features mixed."""
+    batch, n, width = X.shape
+    return X.reshape(batch, num_heads, n, width // num_heads)
+
+
+def _merge_without_transpose(X):
+    """``(batch, heads, n, d)`` reshaped straight to ``(batch, n, heads·d)``: tokens and heads mixed."""
+    batch, heads, n, d = X.shape
+    return X.reshape(batch, n, heads * d)
+
+
+class _MistakenMultiHeadAttention(MultiHeadAttention):
+    """The reference module, for mistakes that change one step of its ``forward``."""
+
+    def heads(self, queries, keys, values, mask=None, scale=1.0):
+        """``(batch, heads, q, d)`` of the heads, before merging; their weights kept as the reference keeps them."""
+        q, k, v = (split_heads(W(x), self.num_heads) for W, x in ((self.W_q, queries), (self.W_k, keys),
+                                                                  (self.W_v, values)))
+        output, self.attention_weights = masked_attention(q * scale, k, v, mask)
+        return output
+
+
+class _MHAWithoutOutputProjection(_MistakenMultiHeadAttention):
+    """The merged heads returned without the output projection ``W_o``."""
+
+    def forward(self, queries, keys, values, mask=None):
+        return merge_heads(self.heads(queries, keys, values, mask))
+
+
+class _MHAMergedWithoutTranspose(_MistakenMultiHeadAttention):
+    """The heads ``(batch, heads, q, d)`` reshaped straight to ``(batch, q, heads·d)``, then ``W_o``."""
+
+    def forward(self, queries, keys, values, mask=None):
+        heads = self.heads(queries, keys, values, mask)
+        return self.W_o(heads.reshape(heads.shape[0], heads.shape[2], -1))
+
+
+class _MHAOneMaskForAll(_MistakenMultiHeadAttention):
+    """The mask's first ``(q, k)`` matrix (first sequence, first head) used for every sequence and head."""
+
+    def forward(self, queries, keys, values, mask=None):
+        mask = None if mask is None else mask.reshape(-1, *mask.shape[-2:])[:1]
+        return self.W_o(merge_heads(self.heads(queries, keys, values, mask)))
+
+
+class _MHAScaledByFullWidth(_MistakenMultiHeadAttention):
+    """Scores divided by √num_hiddens instead of √(head width)."""
+
+    def forward(self, queries, keys, values, mask=None):
+        scale = math.sqrt(queries.shape[-1] // self.num_heads / queries.shape[-1])
+        return self.W_o(merge_heads(self.heads(queries, keys, values, mask, scale)))
+
+
+def _count_without_output_projection(num_hiddens, num_heads, head_dim=None, bias=False):
+    """Only ``W_q``, ``W_k`` and ``W_v`` counted: ``W_o`` forgotten."""
+    inner = num_heads * (num_hiddens // num_heads if head_dim is None else head_dim)
+    return 3 * (num_hiddens * inner + (inner if bias else 0))
+
+
+def _count_head_dim_ignored(num_hiddens, num_heads, head_dim=None, bias=False):
+    """Every design counted as narrow heads: ``head_dim`` ignored."""
+    return mha_parameter_count(num_hiddens, num_heads, None, bias)
+
+
+def _count_without_biases(num_hiddens, num_heads, head_dim=None, bias=False):
+    """The biases left out of the count."""
+    return mha_parameter_count(num_hiddens, num_heads, head_dim, False)
+
+
+#: ``{part: ((what the student did, in their words), the function that does it), ...}``: the one whose values a
+#: wrong answer's match is named in its message (of several, the one matching it on most cases; then the first).
+MISTAKES = {
+    "self_attention": (
+        ("scores scaled by 1/√d of the tokens' width instead of the keys' width", _self_attention_scaled_by_token_width),
+        ("softmax over the queries' axis instead of the keys'", _self_attention_softmax_over_queries),
+    ),
+    "graph_attention_mask": (
+        ("edges read the wrong way: the mask transposed (j → i instead of i → j)", _graph_mask_transposed),
+        ("self-loops left out even when self_loops=True", _graph_mask_without_self_loops),
+    ),
+    "split_heads": (
+        ("heads take interleaved features (i, i + h, …) instead of contiguous blocks", _split_interleaved),
+        ("reshaped straight to (batch, heads, n, d) without the transpose", _split_without_transpose),
+    ),
+    "merge_heads": (
+        ("heads merged without moving the head axis back (reshape without the transpose)", _merge_without_transpose),
+    ),
+    "MultiHeadAttention": (
+        ("the output projection W_o left out", _MHAWithoutOutputProjection),
+        ("heads merged without moving the head axis back (reshape without the transpose)", _MHAMergedWithoutTranspose),
+        ("the mask not broadcast: the first sequence's first (q, k) mask used for every sequence and head",
+         _MHAOneMaskForAll),
+        ("scores scaled by 1/√num_hiddens instead of 1/√(head width)", _MHAScaledByFullWidth),
+    ),
+    "mha_parameter_count": (
+        ("the output projection W_o left out of the count", _count_without_output_projection),
+        ("head_dim ignored: wide heads counted as narrow ones", _count_head_dim_ignored),
+        ("the biases left out of the count", _count_without_biases),
+    ),
+}
+
+# --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
 

@@ -8,6 +8,7 @@ with these functions.
 
 from __future__ import annotations
 
+import math
 import random
 
 import torch
@@ -142,6 +143,102 @@ REFERENCES = {
     "apply_rotary": apply_rotary,
     "rotary_attention": rotary_attention,
     "LearnedPositionalEmbedding": LearnedPositionalEmbedding,
+}
+
+# --------------------------------------------------------------------------------------
+# Known mistakes: the judge names the one a wrong answer's values match (judge.py)
+# --------------------------------------------------------------------------------------
+
+
+def _table_of_angles(angles: torch.Tensor, cos_first: bool = False) -> torch.Tensor:
+    """``(max_len, d)``: the sine and cosine of ``angles`` ``(max_len, d/2)`` interleaved."""
+    first, second = (torch.cos(angles), torch.sin(angles)) if cos_first else (torch.sin(angles), torch.cos(angles))
+    return torch.stack([first, second], dim=-1).flatten(-2)
+
+
+# The tables' mistakes are computed in float32, as a student's table is: at a thousand positions, float32 angles
+# stray by up to 1e-4 from float64 ones, well within the part's 5e-4, not within
+# the 1e-5 of tests/students/test_mistakes.py.
+
+
+def _table_sin_cos_swapped(max_len, num_hiddens):
+    """Cosine in the even columns and sine in the odd ones."""
+    frequencies = torch.exp(-math.log(BASE) * torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens)
+    return _table_of_angles(torch.arange(max_len, dtype=torch.float32)[:, None] * frequencies, cos_first=True)
+
+
+def _table_exponent_i_over_d(max_len, num_hiddens):
+    """Pair ``i`` turns by ``t / 10000^(i/d)``: the exponent ``i/d`` instead of ``2i/d``."""
+    frequencies = BASE ** (-torch.arange(num_hiddens // 2, dtype=torch.float32) / num_hiddens)
+    return _table_of_angles(torch.arange(max_len, dtype=torch.float32)[:, None] * frequencies)
+
+
+def _table_positions_from_one(max_len, num_hiddens):
+    """Rows for positions ``1 … max_len`` instead of ``0 … max_len - 1``."""
+    frequencies = torch.exp(-math.log(BASE) * torch.arange(0, num_hiddens, 2, dtype=torch.float32) / num_hiddens)
+    return _table_of_angles(torch.arange(1, max_len + 1, dtype=torch.float32)[:, None] * frequencies)
+
+
+def _offset_fitted_at_zero(offset, num_hiddens):
+    """A diagonal ``M`` with ``P[0] @ M = P[offset]``: right at position 0 only (the identity for offset < 0)."""
+    scale = torch.ones(num_hiddens, dtype=torch.float64)
+    if offset > 0:
+        scale[1::2] = torch.cos(offset * _frequencies(num_hiddens))  # P[0] is (0, 1, 0, 1, …): only cos rows move
+    return torch.diag(scale).float()
+
+
+def _offset_turning_backwards(offset, num_hiddens):
+    """The blocks turn by ``-offset · ω_i``: ``M`` moves ``P[t]`` to ``P[t - offset]``."""
+    return relative_offset_matrix(-offset, num_hiddens)
+
+
+def _rotary_of_pairs(X, positions, frequencies, halves: bool):
+    """``X`` with pair ``i`` turned by ``positions · frequencies[i]``: neighbours, or ``(i, i + d/2)`` if ``halves``."""
+    wide = torch.float64 if X.dtype == torch.float64 else torch.float32
+    angles = positions.to(torch.float64)[:, None] * frequencies.to(torch.float64)
+    cos, sin = torch.cos(angles).to(wide), torch.sin(angles).to(wide)
+    d = X.shape[-1]
+    first, second = (X[..., : d // 2], X[..., d // 2:]) if halves else (X[..., 0::2], X[..., 1::2])
+    first, second = first.to(wide), second.to(wide)
+    turned = (first * cos - second * sin, first * sin + second * cos)
+    joined = torch.cat(turned, dim=-1) if halves else torch.stack(turned, dim=-1).flatten(-2)
+    return joined.to(X.dtype)
+
+
+def _rotary_halves(X, positions):
+    """Pairs ``(i, i + d/2)`` turned (the halves convention) instead of neighbours ``(2i, 2i+1)``."""
+    return _rotary_of_pairs(X, positions, _frequencies(X.shape[-1]), halves=True)
+
+
+def _rotary_one_frequency(X, positions):
+    """Every pair turned by the position itself: the ``1 / 10000^(2i/d)`` left out."""
+    return _rotary_of_pairs(X, positions, torch.ones(X.shape[-1] // 2), halves=False)
+
+
+def _rotary_attention_queries_only(queries, keys, values, positions, mask=None):
+    """Rotary on the queries; the keys left unrotated."""
+    return masked_attention(apply_rotary(queries, positions), keys, values, mask)
+
+
+#: ``{part: ((what the student did, in their words), the function that does it), ...}``: the one whose values a
+#: wrong answer's match is named in its message (of several, the one matching it on most cases; then the first).
+MISTAKES = {
+    "sinusoidal_encoding": (
+        ("sin and cos swapped (cos in the even columns)", _table_sin_cos_swapped),
+        ("exponent i/d instead of 2i/d in the frequencies", _table_exponent_i_over_d),
+        ("positions counted from 1 instead of 0", _table_positions_from_one),
+    ),
+    "relative_offset_matrix": (
+        ("a diagonal matrix fitted at position 0 only, not rotation blocks", _offset_fitted_at_zero),
+        ("rotation blocks turning the wrong way (sin signs swapped)", _offset_turning_backwards),
+    ),
+    "apply_rotary": (
+        ("pairs (i, i + d/2) rotated instead of neighbours (2i, 2i+1)", _rotary_halves),
+        ("one frequency for every pair (the 1/10000^(2i/d) left out)", _rotary_one_frequency),
+    ),
+    "rotary_attention": (
+        ("rotary applied to the queries only, not the keys", _rotary_attention_queries_only),
+    ),
 }
 
 # --------------------------------------------------------------------------------------

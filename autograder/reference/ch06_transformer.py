@@ -167,6 +167,99 @@ REFERENCES = {
 }
 
 # --------------------------------------------------------------------------------------
+# Known mistakes: the judge names the one a wrong answer's values match (judge.py)
+# --------------------------------------------------------------------------------------
+
+
+def _key_mask(X: torch.Tensor, valid_lens: torch.Tensor | None) -> torch.Tensor | None:
+    """Bool ``(batch, 1, 1, n)``, as the reference block's: ``True`` where the key is within its valid length."""
+    return None if valid_lens is None else torch.arange(X.shape[1], device=X.device) < valid_lens[:, None, None, None]
+
+
+class _NormBeforeResidual(TransformerEncoderBlock):
+    """``X + norm(sublayer(X))``: each sublayer's output normalised, then added to its input."""
+
+    def forward(self, X, valid_lens=None):
+        Y = X + self.norm1(self.attention(X, X, X, _key_mask(X, valid_lens)))
+        return Y + self.norm2(self.ffn(Y))
+
+
+class _PreNormBlock(TransformerEncoderBlock):
+    """``X + sublayer(norm(X))``: the pre-norm block."""
+
+    def forward(self, X, valid_lens=None):
+        normed = self.norm1(X)
+        Y = X + self.attention(normed, normed, normed, _key_mask(X, valid_lens))
+        return Y + self.ffn(self.norm2(Y))
+
+
+class _PaddingAttended(TransformerEncoderBlock):
+    """``valid_lens`` unused: every key attended to, padding included."""
+
+    def forward(self, X, valid_lens=None):
+        return super().forward(X, None)
+
+
+class _NoFeedForwardResidual(TransformerEncoderBlock):
+    """``norm2(ffn(Y))``: no residual around the feed-forward network."""
+
+    def forward(self, X, valid_lens=None):
+        Y = self.norm1(X + self.attention(X, X, X, _key_mask(X, valid_lens)))
+        return self.norm2(self.ffn(Y))
+
+
+class _AttentionOutputDropped(TransformerEncoderBlock):
+    """``norm1(X + X)``: the attention's output left out of the first residual."""
+
+    def forward(self, X, valid_lens=None):
+        Y = self.norm1(X + X)
+        return self.norm2(Y + self.ffn(Y))
+
+
+def _chunks_not_rescaled(queries, keys, values, chunk_size, mask=None):
+    """Running sum and output never multiplied by ``exp(m_old − m_new)`` when the maximum grows."""
+    work = torch.float32 if queries.dtype in (torch.float16, torch.bfloat16) else queries.dtype
+    q = queries.to(work) / math.sqrt(queries.shape[-1])
+    running_max = q.new_full(q.shape[:-1] + (1,), float("-inf"))
+    total, output = q.new_zeros(q.shape[:-1] + (1,)), q.new_zeros(*q.shape[:-1], values.shape[-1])
+    for start in range(0, keys.shape[-2], chunk_size):
+        chunk = slice(start, start + chunk_size)
+        scores = q @ keys[..., chunk, :].to(work).transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(~mask[..., chunk], float("-inf"))
+        running_max = torch.maximum(running_max, scores.amax(dim=-1, keepdim=True))
+        weights = (scores - running_max.nan_to_num(0.0, neginf=0.0)).exp()  # under this chunk's maximum only
+        total, output = total + weights.sum(dim=-1, keepdim=True), output + weights @ values[..., chunk, :].to(work)
+    return (output / torch.where(total > 0, total, torch.ones_like(total))).to(queries.dtype)
+
+
+def _last_partial_chunk_dropped(queries, keys, values, chunk_size, mask=None):
+    """Only whole chunks read: the keys past ``k // chunk_size · chunk_size`` left out."""
+    stop = keys.shape[-2] // chunk_size * chunk_size
+    return chunked_attention(queries, keys[..., :stop, :], values[..., :stop, :], chunk_size,
+                             None if mask is None else mask[..., :stop])
+
+
+#: ``{part: ((what the student did, in their words), the function that does it), ...}``: the one whose values a
+#: wrong answer's match is named in its message (of several, the one matching it on most cases; then the first).
+MISTAKES = {
+    "TransformerEncoderBlock": (
+        ("each sublayer's output normalised before the residual is added (X + norm(sublayer(X)))",
+         _NormBeforeResidual),
+        ("a pre-norm block (X + sublayer(norm(X))) instead of the post-norm norm(X + sublayer(X))", _PreNormBlock),
+        ("valid_lens ignored: padding keys attended to", _PaddingAttended),
+        ("no residual around the feed-forward network (norm2(ffn(Y)) instead of norm2(Y + ffn(Y)))",
+         _NoFeedForwardResidual),
+        ("the attention's output not added: X added to itself in the first residual", _AttentionOutputDropped),
+    ),
+    "chunked_attention": (
+        ("running sum and output not rescaled by exp(m_old − m_new) when the maximum grows", _chunks_not_rescaled),
+        ("the last partial chunk of keys dropped (only k // chunk_size whole chunks read)",
+         _last_partial_chunk_dropped),
+    ),
+}
+
+# --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
 

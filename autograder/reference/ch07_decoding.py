@@ -351,6 +351,140 @@ REFERENCES = {
 }
 
 # --------------------------------------------------------------------------------------
+# Known mistakes: the judge names the one a wrong answer's values match (judge.py)
+# --------------------------------------------------------------------------------------
+
+
+def _loss_shifted_backwards(logits, tokens, pad_id=None):
+    """Position ``t`` scored against token ``t - 1``, padding not left out."""
+    return F.cross_entropy(logits[:, 1:].flatten(0, 1), tokens[:, :-1].flatten())
+
+
+def _loss_not_shifted(logits, tokens, pad_id=None):
+    """Position ``t`` scored against its own token ``t``."""
+    return F.cross_entropy(logits.flatten(0, 1), tokens.flatten(), ignore_index=-100 if pad_id is None else pad_id)
+
+
+def _loss_padding_counted(logits, tokens, pad_id=None):
+    """``pad_id`` ignored: padding targets scored and counted in the mean like any other."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), tokens[:, 1:].flatten())
+
+
+def _step_without_the_newest(query, key, value, cache=None):
+    """The new key and value are cached, but attended to only from the next step on."""
+    keys, values = _grown(cache, key, value)
+    return _attend(query, *((key, value) if cache is None else cache)), (keys, values)
+
+
+def _window_too_wide(query, key, value, cache, window):
+    """``window + 1`` positions kept."""
+    return sliding_window_step(query, key, value, cache, window + 1)
+
+
+def _window_too_narrow(query, key, value, cache, window):
+    """``window - 1`` positions kept (a window of 1 left as it is)."""
+    return sliding_window_step(query, key, value, cache, max(window - 1, 1))
+
+
+def _greedy_end_not_repeated(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
+    """``eos_id`` ignored: a finished sequence goes on decoding."""
+    return greedy_decode(model, prompt, max_new_tokens, use_cache)
+
+
+def _beam_pooled(log_prob_fn, bos_id, eos_id, beam_size, max_len, as_libraries=False):
+    """Finished hypotheses go to a pool (as libraries do: if among the step's best); the beam keeps unfinished."""
+    live, pool = [([bos_id], 0.0)], []
+    while live:
+        log_probs = log_prob_fn(torch.tensor([tokens for tokens, _ in live]))  # (live, vocab)
+        ranked = sorted(((tokens + [token], score + log_probs[row, token].item())
+                         for row, (tokens, score) in enumerate(live) for token in range(log_probs.shape[-1])),
+                        key=lambda hypothesis: -hypothesis[1])
+        if as_libraries:  # an end token pooled only among the beam_size best; live ones pooled at max_len
+            pool += [hypothesis for hypothesis in ranked[:beam_size] if hypothesis[0][-1] == eos_id]
+            live = [hypothesis for hypothesis in ranked if hypothesis[0][-1] != eos_id][:beam_size]
+            if live and len(live[0][0]) >= max_len:
+                pool, live = pool + live, []
+        else:
+            pool += [hypothesis for hypothesis in ranked if _done(hypothesis[0], eos_id, max_len)]
+            live = [hypothesis for hypothesis in ranked if not _done(hypothesis[0], eos_id, max_len)][:beam_size]
+    tokens, score = max(pool, key=lambda hypothesis: hypothesis[1])
+    return torch.tensor(tokens), score
+
+
+def _beam_pooled_as_libraries(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    """:func:`_beam_pooled` as Hugging Face and fairseq pool, without a length penalty."""
+    return _beam_pooled(log_prob_fn, bos_id, eos_id, beam_size, max_len, as_libraries=True)
+
+
+def _beam_mean_score(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    """The right hypothesis, its score divided by the number of tokens after ``bos_id``."""
+    tokens, score = beam_search(log_prob_fn, bos_id, eos_id, beam_size, max_len)
+    return tokens, score / (len(tokens) - 1)
+
+
+class _GroupsTiled(GroupedQueryAttention):
+    """Query head ``g`` reads key/value head ``g % num_kv_heads`` (``repeat``, not ``repeat_interleave``)."""
+
+    def forward(self, queries, keys, values, mask=None):
+        group = self.num_heads // self.num_kv_heads
+        q = _split(self.W_q(queries), self.num_heads)  # (batch, heads, q, hd)
+        k = _split(self.W_k(keys), self.num_kv_heads).repeat(1, group, 1, 1)  # (batch, heads, k, hd), tiled
+        v = _split(self.W_v(values), self.num_kv_heads).repeat(1, group, 1, 1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (batch, heads, q, k)
+        if mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # a query with no allowed key: zeros
+        return self.W_o((weights @ v).transpose(1, 2).flatten(2))
+
+
+def _cache_bytes_keys_only(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
+    """The keys' bytes only: the factor 2 for keys and values left out."""
+    return kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size, bytes_per_value) // 2
+
+
+def _cache_bytes_one_sequence(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
+    """``batch_size`` left out of the product."""
+    return kv_cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, 1, bytes_per_value)
+
+
+#: ``{part: ((what the student did, in their words), the function that does it), ...}``: the one whose values a
+#: wrong answer's match is named in its message (of several, the one matching it on most cases; then the first).
+#: Sampling and training are judged by properties, not against the reference: no mistake of theirs is named. Nor
+#: are a beam of 1 whatever beam_size and a beam that drops its finished hypotheses: on some students' cases they
+#: find the same hypotheses on every case, and most often on the first they get wrong.
+MISTAKES = {
+    "causal_lm_loss": (
+        ("targets shifted the wrong way: position t scored against token t − 1", _loss_shifted_backwards),
+        ("no shift: position t scored against its own token", _loss_not_shifted),
+        ("padding not left out: its targets scored and counted in the mean", _loss_padding_counted),
+    ),
+    "cached_attention_step": (
+        ("the new key and value cached but not attended to in their own step", _step_without_the_newest),
+    ),
+    "sliding_window_step": (
+        ("window one position too wide (window + 1 positions kept)", _window_too_wide),
+        ("window one position too narrow (window − 1 positions kept)", _window_too_narrow),
+    ),
+    "greedy_decode": (
+        ("a sequence that produced eos_id goes on decoding instead of repeating it", _greedy_end_not_repeated),
+    ),
+    "beam_search": (
+        ("finished hypotheses set aside in a pool, the beam refilled with beam_size unfinished ones", _beam_pooled),
+        ("finished hypotheses pooled only when among the step's beam_size best, as Hugging Face and fairseq do "
+         "(no length penalty)", _beam_pooled_as_libraries),
+        ("score averaged over the generated tokens instead of summed", _beam_mean_score),
+    ),
+    "GroupedQueryAttention": (
+        ("query head g paired with key/value head g mod num_kv_heads (repeat instead of repeat_interleave)",
+         _GroupsTiled),
+    ),
+    "kv_cache_bytes": (
+        ("the keys only: the factor 2 for keys and values left out", _cache_bytes_keys_only),
+        ("batch_size left out", _cache_bytes_one_sequence),
+    ),
+}
+
+# --------------------------------------------------------------------------------------
 # Cases
 # --------------------------------------------------------------------------------------
 
