@@ -9,6 +9,7 @@ are drawn, per student and part, from a real grades table (``--from``, e.g. the 
 ``tests/instructor/test_report_class.py`` grades) when given, else from the judge's own message
 forms with fresh numbers in each (wrong values at some index, a wrong shape, a raised error,
 a timeout), so that grouping has as many distinct texts to normalise as a class would give.
+Each student's state file (grading time, each part's time) is written too, as ``grade`` writes it.
 Prints the seconds of each run and the page's size.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import random
 import sys
 import tempfile
@@ -56,7 +58,7 @@ def synthetic_rows(assignment: str, students: list[str], draw: random.Random) ->
             status, message = ("passed", "") if right else drawn_message(part, draw)
             rows.append({"student": student, "assignment": assignment, "part": part, "score": points if right else 0,
                          "max_score": points, "status": status, "message": message,
-                         "auto_score": points if right else 0, "seconds": f"{draw.uniform(0.05, 3):.3f}"})
+                         "auto_score": points if right else 0})
     return rows
 
 
@@ -68,9 +70,19 @@ def rows_from(table: Path, assignment: str, students: list[str], draw: random.Ra
         by_student.setdefault(row.student, []).append(row)
     pool = list(by_student.values())
     return [{"student": student, "assignment": assignment, "part": r.part, "score": r.score, "max_score": r.max_score,
-             "status": r.status, "message": r.message, "auto_score": r.auto_score,
-             "seconds": "" if r.seconds is None else r.seconds}
+             "status": r.status, "message": r.message, "auto_score": r.auto_score}
             for student in students for r in draw.choice(pool)]
+
+
+def write_state(course: Path, assignment: str, rows: list[dict], draw: random.Random) -> None:
+    """Each student's state file, as ``grade`` writes it: the grading time and each part's (the report reads them)."""
+    folder = course / "grades" / ".state" / assignment
+    folder.mkdir(parents=True, exist_ok=True)
+    by_student: dict[str, list[dict]] = {}
+    for row in rows:
+        by_student.setdefault(row["student"], []).append({"part": row["part"], "seconds": draw.uniform(0.05, 3)})
+    for student, results in by_student.items():
+        (folder / f"{student}.json").write_text(json.dumps({"results": results, "seconds": draw.uniform(2, 40)}))
 
 
 def main() -> None:
@@ -93,6 +105,7 @@ def main() -> None:
                 writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
                 writer.writeheader()
                 writer.writerows(rows)
+            write_state(course, name, rows, draw)
             for student in students[: int(0.97 * len(students))]:  # a few never hand in
                 (course / "submitted" / student / name).mkdir(parents=True)
         for chosen in (names[:1], names):

@@ -146,7 +146,7 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
                           "device": limits.device, "sandbox": limits.sandbox,
                           "max_notebook_mb": settings.max_notebook_mb, "clearing": clearing}, sort_keys=True)
     fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret, grading) for s in students}
-    todo = [s for s in students if force or _state(course, assignment, s).get("fingerprint") != fingerprints[s]]
+    todo = [s for s in students if force or read_state(course, assignment, s).get("fingerprint") != fingerprints[s]]
     # the zygote this run waits for, starting while it goes on (python -m autograder spawned it first: startup.py)
     kernels.spawn(limits if todo and not address else None)
     where = f"Dask scheduler {address}" if address else f"{settings.workers} workers"
@@ -374,7 +374,8 @@ def _state_path(course: Course, assignment: str, student: str) -> Path:
     return course.root / "grades" / ".state" / assignment / f"{student}.json"
 
 
-def _state(course: Course, assignment: str, student: str) -> dict:
+def read_state(course: Course, assignment: str, student: str) -> dict:
+    """A submission's state file (its fingerprint, results and grading time), or ``{}``."""
     try:
         return json.loads(_state_path(course, assignment, student).read_text())
     except (OSError, ValueError):
@@ -390,10 +391,11 @@ def _rows(course: Course, assignment: str, students: list[str]) -> list[dict]:
     overridden = manual_scores(course, assignment)
     rows = []
     for student in students:
-        for result in _state(course, assignment, student).get("results", []):
+        for result in read_state(course, assignment, student).get("results", []):
             score = overridden.get((student, result["part"]), result["score"])
             rows.append({"student": student, "assignment": assignment, **result, "score": score,
                          "auto_score": result["score"]})
+            rows[-1].pop("seconds", None)  # a measurement, in the state file; the table holds the grades
     return rows
 
 

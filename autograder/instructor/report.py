@@ -8,7 +8,8 @@ table came from the judge, but a part of it may quote what a submission raised: 
 escaped, and the page loads nothing from elsewhere (its figures are embedded PNGs), so it
 reads the same offline.
 
-The page, per assignment: the scores (histogram, counts), each part's difficulty (share with
+The state files also hold the time each part's checks took in the kernel (the grades table
+does not: it is the same, byte for byte, when a notebook is regraded). The page, per assignment: the scores (histogram, counts), each part's difficulty (share with
 full marks, mean, discrimination), the mistakes the class made (the judge's messages grouped
 by what they say, numbers and shapes normalised away: :func:`mistake_of`), what went wrong
 with grading itself (timeouts, kernels killed, submissions the grader failed on), the time
@@ -22,7 +23,6 @@ import base64
 import csv
 import html
 import importlib
-import json
 import re
 import statistics
 from collections import defaultdict
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from ..grading.verdict import PartStatus
 from ..judge import KNOWN_MISTAKE
+from .grade import read_state
 from .gradebook import Course, has_gradebook, manual_scores, student_ids
 from .spreadsheet import plain
 
@@ -116,12 +117,11 @@ class Assignment:
 
 
 def read_rows(path: Path) -> list[Row]:
-    """The rows of a grades table (``grade`` writes it); a missing column (an older table) reads as empty."""
+    """The rows of a grades table (``grade`` writes it), without times (the state files hold them: :func:`load`)."""
     with path.open(newline="", encoding="utf-8") as handle:
         return [Row(student=plain(line["student"]), part=line["part"], score=float(line["score"]),
                     max_score=float(line["max_score"]), status=line["status"], message=plain(line["message"]),
-                    auto_score=float(line.get("auto_score") or line["score"]),
-                    seconds=float(line["seconds"]) if line.get("seconds") else None)
+                    auto_score=float(line.get("auto_score") or line["score"]), seconds=None)
                 for line in csv.DictReader(handle)]
 
 
@@ -136,16 +136,18 @@ def load(course: Course, name: str) -> Assignment:
         for row in rows:
             row.score = by_hand.get((row.student, row.part), row.auto_score)
     assignment = Assignment(name, rows, course.students(name))
+    by_part = {(row.student, row.part): row for row in rows}
     for student in assignment.graded:
-        state = course.root / "grades" / ".state" / name / f"{student}.json"
-        try:
-            seconds = json.loads(state.read_text()).get("seconds")
-        except (OSError, ValueError):
-            continue
-        if isinstance(seconds, (int, float)):
-            assignment.grading_seconds[student] = float(seconds)
+        state = read_state(course, name, student)
+        if isinstance(state.get("seconds"), (int, float)):
+            assignment.grading_seconds[student] = float(state["seconds"])
+        for result in state.get("results", []):  # each part's time in the kernel, where measured
+            row = by_part.get((student, result.get("part")))
+            if row is not None and isinstance(result.get("seconds"), (int, float)):
+                row.seconds = float(result["seconds"])
     assignment.time_limits = _time_limits(name)
     return assignment
+
 
 
 def _time_limits(name: str) -> dict[str, float]:

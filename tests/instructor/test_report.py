@@ -22,25 +22,29 @@ WEIGHTS = ("masked_softmax: the weights: wrong values (largest error {e} at inde
 SHAPE = "padding_mask: the mask: shape ({b}, {k}), expected ({b}, 1, {k})\n    hidden case (seed {seed}): valid_lens {lens}"
 
 
-def row(student, part, score, max_score, status="passed", message="", auto_score=None, seconds=""):
+def row(student, part, score, max_score, status="passed", message="", auto_score=None):
     return {"student": student, "assignment": A, "part": part, "score": score, "max_score": max_score,
-            "status": status, "message": message, "auto_score": score if auto_score is None else auto_score,
-            "seconds": seconds}
+            "status": status, "message": message, "auto_score": score if auto_score is None else auto_score}
 
 
-def write_course(root: Path, rows: list[dict], submitted: list[str], state: dict[str, float] | None = None) -> Path:
+def write_course(root: Path, rows: list[dict], submitted: list[str], state: dict[str, float] | None = None,
+                 part_seconds: dict[tuple[str, str], float] | None = None, assignment: str = A) -> Path:
+    """A course whose ``grades/`` holds ``rows`` and, as ``grade`` writes them, state files with each student's
+    grading seconds (``state``) and each part's (``part_seconds``, by student and part)."""
     grades = root / "grades"
     grades.mkdir(parents=True)
-    with (grades / f"{A}.csv").open("w", newline="", encoding="utf-8") as handle:
+    with (grades / f"{assignment}.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
     for student in submitted:
-        (root / "submitted" / student / A).mkdir(parents=True)
-    for student, seconds in (state or {}).items():
-        path = grades / ".state" / A / f"{student}.json"
+        (root / "submitted" / student / assignment).mkdir(parents=True)
+    for student in {r["student"] for r in rows}:
+        results = [{"part": r["part"], "seconds": (part_seconds or {}).get((student, r["part"]))}
+                   for r in rows if r["student"] == student]
+        path = grades / ".state" / assignment / f"{student}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"fingerprint": "x", "results": [], "seconds": seconds}))
+        path.write_text(json.dumps({"fingerprint": "x", "results": results, "seconds": (state or {}).get(student)}))
     return root
 
 
@@ -76,7 +80,7 @@ def class_rows() -> tuple[list[dict], list[str]]:
     wrong = {"bob": WEIGHTS.format(e=0.3, i=0, j=1, k=2, seed=1, b=2, lens="[1, 2]"),
              "cy": WEIGHTS.format(e=0.07, i=1, j=2, k=0, seed=2, b=3, lens="[0, 2, 4]"),
              "dee": "masked_softmax: raised ValueError: =HYPERLINK(\"http://evil\") <script>alert(1)</script>"}
-    rows += [row("ada", "test_masked_softmax", 2, 2, seconds="0.4")]
+    rows += [row("ada", "test_masked_softmax", 2, 2)]
     rows += [row(s, "test_masked_softmax", 0, 2, "failed" if s != "dee" else "error", m) for s, m in wrong.items()]
     rows += [row("eve", "test_masked_softmax", 0, 2, "timeout", "checking it took longer than the 60 s it had"),
              row("fay", "test_masked_softmax", 2, 2, "failed", "not answered (the cell still raises "
@@ -155,14 +159,9 @@ def test_a_training_part_is_shown_against_its_time_limit(tmp_path):
 
     (part, limit), = TIME_LIMITS.items()
     times = {"ada": 0.2 * limit, "bob": 0.5 * limit, "cy": 0.9 * limit}
-    rows = [{**row(s, f"test_{part}", 3, 3, seconds=f"{t:.3f}"), "assignment": "06_transformer"}
-            for s, t in times.items()]
-    course = tmp_path / "course"
-    (course / "grades").mkdir(parents=True)
-    with (course / "grades" / "06_transformer.csv").open("w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    rows = [{**row(s, f"test_{part}", 3, 3), "assignment": "06_transformer"} for s in times]
+    course = write_course(tmp_path / "course", rows, list(times), assignment="06_transformer",
+                          part_seconds={(s, f"test_{part}"): t for s, t in times.items()})
     page = report(["06"], course_dir=course).read_text(encoding="utf-8")
     assert (f"<code>{part}</code>: the kernel's CPU time per submission against its limit of {limit:g} s "
             f"(median {times['bob']:.1f} s, slowest {times['cy']:.1f} s). Over 80% of the limit: 1 (cy).") in page
