@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..grading.verdict import PartStatus
-from .gradebook import Course
-from .spreadsheet import inert, plain
+from .gradebook import Course, read_csv
+from .spreadsheet import inert
 
 #: The LMSs the export writes for.
 TARGETS = ("canvas", "moodle")
@@ -164,22 +164,14 @@ def _totals(course: Course, assignment: str) -> tuple[dict[str, float], float, l
     totals: dict[str, float] = defaultdict(float)
     possible: dict[str, float] = defaultdict(float)
     withheld: dict[str, int] = defaultdict(int)
-    with path.open(newline="", encoding="utf-8") as handle:
-        for line, row in enumerate(csv.DictReader(handle), start=2):
-            if plain(row.get("assignment") or assignment) != assignment:
-                continue
-            student = plain(row["student"])
-            try:
-                score, best = float(row["score"]), float(row["max_score"])
-            except (TypeError, ValueError):
-                raise ExportError(f"{path}, line {line}: {student!r}'s score {row.get('score')!r} out of "
-                                  f"{row.get('max_score')!r} is not a number") from None
-            totals[student] += score
-            possible[student] += best
-            auto = row.get("auto_score")
-            if plain(row.get("status") or "") == PartStatus.NEEDS_A_LOOK.value and auto not in (None, "") \
-                    and float(auto) == score:
-                withheld[student] += 1
+    for row in read_csv(path):
+        if (row.get("assignment") or assignment) != assignment:
+            continue
+        student = row["student"]
+        totals[student] += row["score"]
+        possible[student] += row["max_score"]
+        if row.get("status") == PartStatus.NEEDS_A_LOOK.value and row["auto_score"] == row["score"]:
+            withheld[student] += 1
     warnings = []
     if withheld:
         warnings.append(f"{sum(withheld.values())} parts of {len(withheld)} students need a look, their points "

@@ -46,7 +46,7 @@ from traitlets.config.loader import Config
 from ..grading.verdict import PartResult
 from ..text import clean
 from .settings import course_config
-from .spreadsheet import inert
+from .spreadsheet import inert, plain
 
 T = TypeVar("T")
 ATTEMPTS = 5  # tries of one transaction that conflicts with another run's (see ``_conflict``)
@@ -356,6 +356,24 @@ def read_timestamp(folder: Path) -> datetime | None:
         return parse_utc(path.read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a grades table as :func:`write_csv` wrote them: text cells as they were before
+    ``spreadsheet.inert``, ``score``, ``max_score`` and ``auto_score`` as floats (``auto_score`` defaults to
+    ``score``). ValueError naming the line where a number is not one."""
+    rows = []
+    with path.open(newline="", encoding="utf-8") as handle:
+        for line, row in enumerate(csv.DictReader(handle), start=2):
+            row = {key: plain(value) if isinstance(value, str) else value for key, value in row.items()}
+            try:
+                numbers = {key: float(row[key]) for key in ("score", "max_score")}
+                numbers["auto_score"] = float(row.get("auto_score") or numbers["score"])
+            except (KeyError, TypeError, ValueError):
+                raise ValueError(f"{path}, line {line}: {row.get('student')!r}'s score {row.get('score')!r} out of "
+                                 f"{row.get('max_score')!r} is not a number") from None
+            rows.append({**row, **numbers})
+    return rows
 
 
 def write_csv(path: Path, rows: list[dict]) -> None:

@@ -20,7 +20,6 @@ assignments, a students × assignments table of totals comes first.
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import importlib
 import re
@@ -33,8 +32,7 @@ from pathlib import Path
 from ..grading.verdict import PartStatus
 from ..judge import KNOWN_MISTAKE
 from .grade import read_state
-from .gradebook import Course, has_gradebook, manual_scores, student_ids
-from .spreadsheet import plain
+from .gradebook import Course, has_gradebook, manual_scores, read_csv, student_ids
 
 #: Statuses of a wrong answer: the judge rejected what the submission's code did.
 WRONG = (PartStatus.FAILED, PartStatus.ERROR)
@@ -117,12 +115,10 @@ class Assignment:
 
 
 def read_rows(path: Path) -> list[Row]:
-    """The rows of a grades table (``grade`` writes it), without times (the state files hold them: :func:`load`)."""
-    with path.open(newline="", encoding="utf-8") as handle:
-        return [Row(student=plain(line["student"]), part=line["part"], score=float(line["score"]),
-                    max_score=float(line["max_score"]), status=line["status"], message=plain(line["message"]),
-                    auto_score=float(line.get("auto_score") or line["score"]), seconds=None)
-                for line in csv.DictReader(handle)]
+    """The rows of a grades table (``gradebook.read_csv``), without times (the state files hold them: :func:`load`)."""
+    return [Row(student=row["student"], part=row["part"], score=row["score"], max_score=row["max_score"],
+                status=row["status"], message=row.get("message") or "", auto_score=row["auto_score"], seconds=None)
+            for row in read_csv(path)]
 
 
 def load(course: Course, name: str) -> Assignment:
