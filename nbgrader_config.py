@@ -29,10 +29,15 @@ c.FeedbackExporter.extra_template_basedirs = [
     _path.join(_path.dirname(_nbgrader.__file__), "server_extensions", "formgrader", "templates"),
 ]
 
-# Hand-ins downloaded from a learning-management system: `nbgrader zip_collect ASSIGNMENT` sorts the
-# files it finds in downloaded/ASSIGNMENT/archive/ (the LMS's zip, or notebooks) into submitted/. The
-# expression reads Canvas's file names, `<name>_<user id>_<submission id>_<file>`, with LATE_ after the
-# name of a late hand-in and -1, -2 after the file's name when handed in again:
-# lovelaceada_LATE_48213_917236_03_masking-1.ipynb is lovelaceada's 03_masking.ipynb. The instructors' guide
-# gives Moodle's.
-c.FileNameCollectorPlugin.named_regexp = r".*/(?P<student_id>[^/_]+)_(?:LATE_)?\d+_\d+_(?P<file_id>\d\d_[a-z_]+)[^/]*\.ipynb$"
+# Hand-ins downloaded from a learning-management system: `nbgrader zip_collect ASSIGNMENT` unpacks the LMS's
+# zip in downloaded/ASSIGNMENT/archive/ and sorts its files into submitted/. The course's plugins
+# (autograder/instructor/collect.py) read whose a file is from the name the LMS gave it alone, the expression
+# matched against the whole of that name: a zip a student handed in is never unpacked, but kept, unopened,
+# as that student's; nothing a student hands in stops the collection. The expression reads Canvas's file names,
+# `<name>_<user id>_<submission id>_<file>`, with LATE_ after the name of a late hand-in and -1, -2 after the
+# file's name when handed in again: lovelaceada_LATE_48213_917236_03_masking-1.ipynb is lovelaceada's
+# 03_masking.ipynb; a name without a notebook's (mallory_50000_917300_handin.zip) is mallory's, kept as it is.
+# The instructors' guide gives Moodle's.
+c.ZipCollectApp.extractor_plugin = "autograder.instructor.collect.DownloadExtractor"
+c.ZipCollectApp.collector_plugin = "autograder.instructor.collect.HandInCollector"
+c.FileNameCollectorPlugin.named_regexp = r"(?P<student_id>[^/_]+)_(?:LATE_)?\d+_\d+_(?P<file_id>\d\d_[a-z_]+)?[^/]*"

@@ -12,6 +12,8 @@ a submission's bytes, which it only hands to a worker (``autograder/grading/``).
 * ``gradebook.py``: the course directory as nbgrader lays it out, and the grades recorded;
 * ``report.py`` (and its figures, ``report_figures.py``): the class report, one HTML page of what the class
   got right and wrong;
+* ``collect.py``: the plugins of ``nbgrader zip_collect`` that read an LMS's download of hand-ins by the LMS's
+  names alone, never unpacking what a student handed in;
 * ``export.py``: one assignment's totals as Canvas's or Moodle's gradebook import reads them;
   ``spreadsheet.py``: every text cell of the course's CSV files inert in a spreadsheet;
 * ``secret.py``: the course secret behind the hidden cases;

@@ -136,9 +136,11 @@ def test_the_moodle_expression_of_the_guide_reads_moodle_names():
     moodle = [line for line in guide_lines("c.FileNameCollectorPlugin.named_regexp") if "assignsubmission" in line]
     assert moodle, "the guide gives no expression for Moodle"
     expression = re.search(r'r"(.*)"', moodle[0]).group(1)
-    path = "/course/downloaded/03_masking/extracted/Ada Lovelace_4821_assignsubmission_file_/03_masking (1).ipynb"
-    found = re.match(expression, path)
+    # the name below the download, matched whole, as the course's collector does (autograder/instructor/collect.py)
+    found = re.fullmatch(expression, "Ada Lovelace_4821_assignsubmission_file_/03_masking (1).ipynb")
     assert found and found.group("student_id") == "4821" and found.group("file_id") == "03_masking"
+    assert not re.fullmatch(expression, "Eve_4999_assignsubmission_file_/Ada Lovelace_4821_assignsubmission_file_/"
+                                        "03_masking.ipynb"), "a folder a student made is read as Moodle's"
 
 
 def test_a_kernel_that_cannot_import_the_course_says_so_and_what_to_do(tmp_path):
