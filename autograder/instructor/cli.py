@@ -75,16 +75,19 @@ def write_report(args: argparse.Namespace) -> int:
 
 
 def export_for_lms(args: argparse.Namespace) -> int:
-    """``export ASSIGNMENT --to canvas|moodle``: the totals as the LMS imports them (``export.py``)."""
+    """``export ASSIGNMENT --to canvas|moodle``: the totals as the LMS imports them (``export.py``); 1 if some
+    student is left out of the file (named on stderr), every other student written."""
     from .export import export
 
     result = export(args.assignment, to=args.to, course_dir=args.course_dir, roster=args.roster,
                     missing_as_zero=args.missing_as_zero, output=args.output)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
+    for line in result.omissions():
+        print(f"warning: {line}", file=sys.stderr)
     print(f"{args.to}: {result.path}")
     print(result.summary())
-    return 0
+    return 1 if result.left_out else 0
 
 
 def show_hidden_cases(args: argparse.Namespace) -> int:

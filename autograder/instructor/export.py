@@ -17,10 +17,17 @@ from the names in the zip of hand-ins that ``nbgrader zip_collect`` read:
   (the folders are named ``Ada Lovelace_4821_assignsubmission_file_``: the name and the
   participant number), so Moodle needs its grade export as the roster.
 
-A student is matched to a roster row by any identifier they share; none or two, and the
-export stops, naming them, as it stops for a submission that was never graded: nothing is
-written then. Every roster student without a submission gets an empty cell (``0`` with
-``missing_as_zero``). Every text cell is made inert for spreadsheets (``spreadsheet.py``).
+A student is matched to a roster row by any identifier they share. No one student stops the
+export: a student whose submission was not graded, or who matches no roster row, or two, or
+shares one with another student (or, without a roster, has no Canvas user id in the zips, or
+two) is left out, their row not written (an import leaves a row it does not find as it
+was), and named (:attr:`ExportResult.left_out`; the command says so on stderr and exits
+with 1); every other student is written. Every roster student without a submission gets an
+empty cell (``0`` with ``missing_as_zero``, unless a student left out matches no roster row:
+their row might be among those). What stops the export, writing nothing, is what concerns
+the whole class: a roster that is not the LMS's, no way to identify Moodle's users, the
+assignment named by several columns. Every text cell is made inert for spreadsheets
+(``spreadsheet.py``).
 """
 
 from __future__ import annotations
@@ -31,9 +38,11 @@ import re
 import zipfile
 from collections import defaultdict
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from ..grading.verdict import PartStatus
+from .collect import download_names
 from .gradebook import Course, read_csv
 from .spreadsheet import inert
 
@@ -43,16 +52,51 @@ TARGETS = ("canvas", "moodle")
 CANVAS_COLUMNS = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 #: The columns of Moodle's grade export that its import can map to a user field, in the order preferred.
 MOODLE_IDENTIFIERS = ["Email address", "ID number", "Username"]
-#: A file of Canvas's "Download submissions" zip: ``lovelaceada_LATE_48213_917236_03_masking-1.ipynb``.
-CANVAS_FILE = re.compile(r"(?:^|/)(?P<student>[^/_]+)_(?:LATE_)?(?P<user>\d+)_\d+_[^/]*$")
-#: A folder of Moodle's "Download all submissions" zip: ``Ada Lovelace_4821_assignsubmission_file_/``.
-MOODLE_FOLDER = re.compile(r"(?:^|/)(?P<name>[^/]+)_(?P<participant>\d+)_assignsubmission_[a-z]+_/")
+#: A file at the top of Canvas's "Download submissions" zip: ``lovelaceada_LATE_48213_917236_03_masking-1.ipynb``.
+CANVAS_FILE = re.compile(r"(?P<student>[^/_]+)_(?:LATE_)?(?P<user>\d+)_\d+_[^/]*")
+#: A folder at the top of Moodle's "Download all submissions" zip: ``Ada Lovelace_4821_assignsubmission_file_/``.
+MOODLE_FOLDER = re.compile(r"(?P<name>[^/]+)_(?P<participant>\d+)_assignsubmission_[a-z]+_/")
 #: Digits kept of a score.
 DECIMALS = 2
 
 
 class ExportError(ValueError):
     """The export cannot be written as asked (the command prints ``error: ...`` and exits with 2); nothing was written."""
+
+
+class LeftOut(Enum):
+    """Why a student is left out of the export, their row not written; the value says it to the instructor."""
+
+    NOT_GRADED = "submissions not graded (run python -m autograder grade {assignment})"
+    NO_ROSTER_ROW = "students matching no roster row"
+    SEVERAL_ROSTER_ROWS = "students matching two roster rows or more"
+    SHARED_ROSTER_ROW = "students matching one roster row with another student"
+    NO_USER_ID = "students without a Canvas user id in the zips of downloaded/ (pass --roster)"
+    SEVERAL_USER_IDS = "students with two Canvas user ids in the zips (pass --roster)"
+
+
+#: How a student is matched to a roster row, said with the students a roster leaves out.
+MATCHED_BY = {"canvas": "the Canvas user id in the zip's file names, or their id as SIS Login ID or SIS User ID",
+              "moodle": "the name of their folder in Moodle's zip, or their id as email address, ID number or "
+                        "username"}
+
+
+@dataclass(frozen=True)
+class Omission:
+    """A student left out of the export: why, and what of the roster or the zips it concerns."""
+
+    reason: LeftOut
+    detail: str = ""
+
+
+@dataclass
+class Placement:
+    """Where the students go: ``rows``, ``{roster row number: student}``; ``held``, the rows of students that
+    could not be placed (never given a cell for a missing submission); ``left_out``, ``{student: why}``."""
+
+    rows: dict[int, str]
+    held: set[int] = field(default_factory=set)
+    left_out: dict[str, Omission] = field(default_factory=dict)
 
 
 @dataclass
@@ -68,6 +112,8 @@ class ExportResult:
         zeros: of those, students without a submission, given 0 (``missing_as_zero``).
         points_possible: the assignment's points.
         warnings: what the instructor should know (parts whose points are withheld until a look).
+        assignment: the assignment.
+        left_out: ``{student: why}``, the students not written (the command exits with 1).
     """
 
     path: Path
@@ -78,12 +124,26 @@ class ExportResult:
     zeros: int
     points_possible: float
     warnings: list[str] = field(default_factory=list)
+    assignment: str = ""
+    left_out: dict[str, Omission] = field(default_factory=dict)
 
     def summary(self) -> str:
-        """One line: how many students, how many with a total, empty, zero."""
+        """One line: how many students, how many with a total, empty, zero, left out."""
         return (f"{self.written} students written: {self.graded} graded, {self.empty} empty cells (no submission), "
                 f"{self.zeros} zeros for missing submissions; column {self.column!r}, "
-                f"{decimal(self.points_possible)} points possible")
+                f"{decimal(self.points_possible)} points possible"
+                + (f"; {len(self.left_out)} students left out" if self.left_out else ""))
+
+    def omissions(self) -> list[str]:
+        """One line per reason: the students left out for it, with what it concerns."""
+        lines = []
+        for reason in LeftOut:
+            named = [f"{student}{f' ({o.detail})' if o.detail else ''}"
+                     for student, o in sorted(self.left_out.items()) if o.reason is reason]
+            if named:
+                lines.append(f"not written: {len(named)} {reason.value.format(assignment=self.assignment)}: "
+                             f"{'; '.join(named)}")
+        return lines
 
 
 def export(assignment: str, *, to: str, course_dir: str | Path = ".", roster: str | Path | None = None,
@@ -95,58 +155,64 @@ def export(assignment: str, *, to: str, course_dir: str | Path = ".", roster: st
     ``downloaded/<assignment>/archive/`` (or what ``zip_collect`` extracted from them).
     ``output``: default ``grades/<to>-<assignment>.csv`` in the course.
 
+    Students who cannot be written are left out and named (:attr:`ExportResult.left_out`).
+
     Raises:
-        ExportError: a submission not graded, a student matched to no roster row or to
-            two, a roster that is not the LMS's, no way to identify Moodle's users;
+        ExportError: a roster that is not the LMS's, no way to identify Moodle's users, several
+            roster columns for the assignment, a zip that cannot be read;
             FileNotFoundError: no grades table, or no roster file.
     """
     if to not in TARGETS:
         raise ExportError(f"cannot export for {to!r}: --to canvas or --to moodle")
     course = Course.open(Path(course_dir))
     totals, possible, warnings = _totals(course, assignment)
-    submitted = set(course.students(assignment))
-    ungraded = sorted(submitted - set(totals))
-    if ungraded:
-        raise ExportError(f"{len(ungraded)} submissions of {assignment} were not graded: {', '.join(ungraded)}; "
-                          f"run python -m autograder grade {assignment} (nothing written)")
-    students = sorted(submitted | set(totals))
+    students = sorted(set(course.students(assignment)) | set(totals))
     identities = _zip_identities(course, assignment, to)
     if roster is not None:
         header, rows = _read_roster(Path(roster), to)
-        matched = _match(students, rows, identities, to)
+        placement = _match(students, rows, identities, to)
     elif to == "moodle":
         raise ExportError("Moodle's import needs each student's email address, username or ID number, which its "
                           "download of hand-ins does not carry: pass --roster with Moodle's grade export (Grades > "
                           "Export > Plain text file)")
     else:
-        header, rows, matched = _canvas_roster_from_zips(students, identities)
+        header, rows, placement = _canvas_roster_from_zips(students, identities)
+    left_out = {**placement.left_out, **{s: Omission(LeftOut.NOT_GRADED) for s in students if s not in totals}}
+    zeros = missing_as_zero and not any(o.reason is LeftOut.NO_ROSTER_ROW for o in left_out.values())
+    if missing_as_zero and not zeros:
+        warnings.append("no zeros for missing submissions: a student left out matches no roster row, and theirs "
+                        "might be one of those rows (empty cells instead)")
     column, existing = _score_column(header, assignment, to)
-    cells, counts = [], {"graded": 0, "empty": 0, "zeros": 0}
-    for number in range(len(rows)):
-        student = matched.get(number)
-        if student in totals:
+    written, cells, counts = [], [], {"graded": 0, "empty": 0, "zeros": 0}
+    for number, row in enumerate(rows):
+        student = placement.rows.get(number)
+        if student in totals and student not in left_out:
             cells.append(decimal(totals[student]))
             counts["graded"] += 1
-        elif missing_as_zero:
+        elif student in left_out or number in placement.held:
+            continue  # the row of a student left out: not written, as the import then leaves it
+        elif zeros:
             cells.append("0")
             counts["zeros"] += 1
         else:
             cells.append("")
             counts["empty"] += 1
+        written.append(row)
     if to == "canvas":
         table = [CANVAS_COLUMNS + [column]]
         if not existing:  # the points of the assignment Canvas makes; an existing one's are left as they are
             table.append(["Points Possible", "", "", "", "", decimal(possible)])
         table += [[inert(row.get(name, "")) for name in CANVAS_COLUMNS] + [cell]
-                  for row, cell in zip(rows, cells, strict=True)]
+                  for row, cell in zip(written, cells, strict=True)]
     else:
-        identifier = _moodle_identifier(header, rows, warnings)
-        table = [[identifier, column]] + [[inert(row[identifier]), cell] for row, cell in zip(rows, cells, strict=True)]
+        identifier = _moodle_identifier(header, written, warnings)
+        table = [[identifier, column]] + [[inert(row[identifier]), cell]
+                                          for row, cell in zip(written, cells, strict=True)]
     table[0] = [inert(name) for name in table[0]]
     path = Path(output) if output is not None else course.root / "grades" / f"{to}-{assignment}.csv"
     _write(path, table)
-    return ExportResult(path, column, len(rows), counts["graded"], counts["empty"], counts["zeros"], possible,
-                        warnings)
+    return ExportResult(path, column, len(written), counts["graded"], counts["empty"], counts["zeros"], possible,
+                        warnings, assignment, left_out)
 
 
 def decimal(value: float) -> str:
@@ -182,25 +248,21 @@ def _totals(course: Course, assignment: str) -> tuple[dict[str, float], float, l
 def _zip_identities(course: Course, assignment: str, to: str) -> dict[str, set[str]]:
     """``{student id: {what the LMS's download says of them}}``: Canvas's user ids, Moodle's full names.
 
-    Read from the names of the files in the zips of ``downloaded/<assignment>/archive/``, and
-    of the files ``zip_collect`` extracted into ``downloaded/<assignment>/extracted/``.
+    Read from the names the LMS gave the files of its downloads in ``downloaded/<assignment>/archive/``,
+    at their top only, as ``zip_collect`` reads them (``collect.py``): never from a zip a student handed
+    in, nor from ``extracted/``, which an older collection may have filled with such a zip's files.
     """
     downloaded = course.root / course.config.ZipCollectApp.get("downloaded_directory", "downloaded") / assignment
-    names: list[str] = []
-    for archive in sorted((downloaded / "archive").glob("*.zip")):
-        try:
-            with zipfile.ZipFile(archive) as opened:
-                names += opened.namelist()
-        except (OSError, zipfile.BadZipFile) as error:
-            raise ExportError(f"cannot read {archive}: {error}") from None
-    extracted = downloaded / "extracted"
-    if extracted.is_dir():
-        names += [path.relative_to(extracted).as_posix() for path in extracted.rglob("*") if path.is_file()]
+    expression = course.config.FileNameCollectorPlugin.get("named_regexp", "")
+    try:
+        names = download_names(downloaded / "archive", expression)
+    except (OSError, zipfile.BadZipFile) as error:
+        raise ExportError(f"cannot read the downloads in {downloaded / 'archive'}: {error}") from None
     found: dict[str, set[str]] = defaultdict(set)
     for name in names:
-        if to == "canvas" and (match := CANVAS_FILE.search(name)):
+        if to == "canvas" and (match := CANVAS_FILE.fullmatch(name)):
             found[match["student"]].add(match["user"])
-        elif to == "moodle" and (match := MOODLE_FOLDER.search(name)):
+        elif to == "moodle" and (match := MOODLE_FOLDER.match(name)):
             found[match["participant"]].add(_name(match["name"]))
     return dict(found)
 
@@ -255,9 +317,11 @@ def _describe(row: dict[str, str], to: str) -> str:
     return f"{row.get('First name', '')} {row.get('Last name', '')} ({first})"
 
 
-def _match(students: list[str], rows: list[dict[str, str]], identities: dict[str, set[str]], to: str) -> dict[int, str]:
-    """``{roster row number: student}``: each student matched to exactly one row, by any identifier they share."""
-    unmatched, ambiguous, claimed = [], [], defaultdict(list)
+def _match(students: list[str], rows: list[dict[str, str]], identities: dict[str, set[str]], to: str) -> Placement:
+    """Each student placed in the one roster row they share an identifier with; none, two, or a row shared with
+    another student, and they are left out."""
+    claimed: dict[int, list[str]] = defaultdict(list)
+    placement = Placement({})
     for student in students:
         seen = identities.get(student, set())
         hits = []
@@ -267,41 +331,33 @@ def _match(students: list[str], rows: list[dict[str, str]], identities: dict[str
             if by_zip or student.casefold() in ids:
                 hits.append(number)
         if not hits:
-            unmatched.append(student)
+            placement.left_out[student] = Omission(LeftOut.NO_ROSTER_ROW, f"matched by {MATCHED_BY[to]}")
         elif len(hits) > 1:
-            ambiguous.append(f"{student} ({' and '.join(_describe(rows[n], to) for n in hits)})")
+            placement.left_out[student] = Omission(LeftOut.SEVERAL_ROSTER_ROWS,
+                                                   " and ".join(_describe(rows[n], to) for n in hits))
+            placement.held.update(hits)
         else:
             claimed[hits[0]].append(student)
-    shared = [f"{_describe(rows[n], to)} ({' and '.join(found)})" for n, found in claimed.items() if len(found) > 1]
-    problems = []
-    if unmatched:
-        problems.append(f"no roster row for {', '.join(unmatched)}")
-    if ambiguous:
-        problems.append(f"two roster rows or more for {'; '.join(ambiguous)}")
-    if shared:
-        problems.append(f"one roster row for two students or more: {'; '.join(shared)}")
-    if problems:
-        raise ExportError("; ".join(problems) + " (a student is matched by "
-                          + ("the Canvas user id in the zip's file names, or their id as SIS Login ID or SIS User ID"
-                             if to == "canvas" else
-                             "the name of their folder in Moodle's zip, or their id as email address, ID number or "
-                             "username") + "); nothing written")
-    return {number: found[0] for number, found in claimed.items()}
+    for number, found in claimed.items():
+        if len(found) == 1:
+            placement.rows[number] = found[0]
+            continue
+        placement.held.add(number)
+        for student in found:
+            placement.left_out[student] = Omission(LeftOut.SHARED_ROSTER_ROW,
+                                                   f"{_describe(rows[number], to)}, with {' and '.join(found)}")
+    return placement
 
 
 def _canvas_roster_from_zips(students: list[str], identities: dict[str, set[str]]
-                             ) -> tuple[list[str], list[dict[str, str]], dict[int, str]]:
-    """Without a roster: one Canvas row per student of the zips, their user id as ``ID``."""
-    unknown = [student for student in students if not identities.get(student)]
-    if unknown:
-        raise ExportError(f"no Canvas user id for {', '.join(unknown)} in the zips of downloaded/: pass --roster "
-                          "with Canvas's gradebook export (Grades > Export); nothing written")
-    several = [f"{student} ({', '.join(sorted(ids))})" for student, ids in sorted(identities.items()) if len(ids) > 1]
-    if several:
-        raise ExportError(f"two Canvas user ids for one student id in the zips: {'; '.join(several)}; pass --roster "
-                          "with Canvas's gradebook export (Grades > Export); nothing written")
-    rows = [{"Student": student, "ID": next(iter(ids))} for student, ids in sorted(identities.items())]
-    return list(CANVAS_COLUMNS), rows, {number: row["Student"] for number, row in enumerate(rows)}
+                             ) -> tuple[list[str], list[dict[str, str]], Placement]:
+    """Without a roster: one Canvas row per student of the zips with one user id, that id as ``ID``."""
+    left_out = {student: Omission(LeftOut.NO_USER_ID) for student in students if not identities.get(student)}
+    left_out |= {student: Omission(LeftOut.SEVERAL_USER_IDS, ", ".join(sorted(ids)))
+                 for student, ids in identities.items() if len(ids) > 1}
+    rows = [{"Student": student, "ID": next(iter(ids))} for student, ids in sorted(identities.items()) if len(ids) == 1]
+    return list(CANVAS_COLUMNS), rows, Placement({number: row["Student"] for number, row in enumerate(rows)},
+                                                 left_out=left_out)
 
 
 def _score_column(header: list[str], assignment: str, to: str) -> tuple[str, bool]:

@@ -74,8 +74,9 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
         "export", help="write an assignment's totals as Canvas's or Moodle's gradebook import reads them",
         description="Write one CSV file for the LMS's gradebook import (Canvas: Grades > Import; Moodle: Grades > "
                     "Import > CSV file): each student's total from grades/ASSIGNMENT.csv (scores set by hand "
-                    "included), with the LMS's own identifier. It stops, writing nothing, if a submission was not "
-                    "graded or a student matches no roster row, or two.")
+                    "included), with the LMS's own identifier. A student whose submission was not graded, or who "
+                    "matches no roster row, or two, is left out and named, every other student written, and the "
+                    "command exits with 1.")
     lms.add_argument("assignment", help="assignment id, e.g. 03_masking")
     lms.add_argument("--to", required=True, choices=["canvas", "moodle"], help="the LMS that imports the file")
     lms.add_argument("--roster", type=Path, default=None,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.instructor.export import ExportError, decimal, export
+from autograder.instructor.export import ExportError, LeftOut, decimal, export
 from autograder.instructor.gradebook import CSV_COLUMNS, write_csv
 from autograder.instructor.spreadsheet import inert, plain
 
@@ -48,12 +48,14 @@ def grades(course: Path, parts: dict[str, list[tuple]] = PARTS, message: str = "
     write_csv(course / "grades" / f"{A}.csv", rows)
 
 
-def canvas_zip(course: Path, files: dict[str, str] = CANVAS_FILES) -> None:
+def canvas_zip(course: Path, files: dict[str, str] = CANVAS_FILES, contents: dict[str, bytes] | None = None) -> None:
+    """Canvas's download of hand-ins; ``contents``: a file's bytes, if not ``{}``."""
+    contents = contents or {}
     archive = course / "downloaded" / A / "archive"
     archive.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(archive / "submissions.zip", "w") as download:
         for name in files:
-            download.writestr(name, "{}")
+            download.writestr(name, contents.get(name, b"{}"))
 
 
 def read(path: Path) -> list[list[str]]:
@@ -118,26 +120,72 @@ def test_canvas_with_its_gradebook_export_as_roster(tmp_path):
     assert (result.written, result.graded, result.empty) == (5, 3, 2)
 
 
-def test_canvas_stops_on_a_student_without_a_roster_row_or_with_two(tmp_path):
+def reasons(result) -> dict[str, LeftOut]:
+    return {student: omission.reason for student, omission in result.left_out.items()}
+
+
+def test_canvas_leaves_out_a_student_without_a_roster_row_or_with_two_and_writes_the_others(tmp_path):
     grades(tmp_path)
     canvas_zip(tmp_path)
     output = tmp_path / "out.csv"
     roster = write(tmp_path / "roster.csv", [CANVAS_HEADER, ["Lovelace, Ada", "48213", "", "", "A"],
-                                             ["Hopper, Grace", "51002", "", "", "A"]])
-    with pytest.raises(ExportError, match="no roster row for turinga"):
-        export(A, to="canvas", course_dir=tmp_path, roster=roster, output=output)
+                                             ["Hopper, Grace", "51002", "", "", "A"],
+                                             ["Babbage, Charles", "49999", "", "", "B"]])
+    result = export(A, to="canvas", course_dir=tmp_path, roster=roster, output=output)
+    assert reasons(result) == {"turinga": LeftOut.NO_ROSTER_ROW}
+    assert by_id(read(output)) == {"48213": "7.5", "51002": "0", "49999": ""}
+    assert result.omissions() == ["not written: 1 students matching no roster row: turinga (matched by the Canvas "
+                                  "user id in the zip's file names, or their id as SIS Login ID or SIS User ID)"]
+    # turinga's row may be Babbage's, for all the export knows: no zero is given to a missing submission then
+    zeros = export(A, to="canvas", course_dir=tmp_path, roster=roster, output=output, missing_as_zero=True)
+    assert by_id(read(output))["49999"] == "" and zeros.zeros == 0 and "no zeros" in zeros.warnings[-1]
+
     canvas_roster(tmp_path, extra=[["Turing, A.", "60000", "S2000", "turinga", "Section C"]])
-    with pytest.raises(ExportError, match=r"two roster rows or more for turinga \(Turing, Alan \(ID 50871\) and "):
-        export(A, to="canvas", course_dir=tmp_path, roster=tmp_path / "roster.csv", output=output)
-    assert not output.exists()
+    result = export(A, to="canvas", course_dir=tmp_path, roster=tmp_path / "roster.csv", output=output,
+                    missing_as_zero=True)
+    assert reasons(result) == {"turinga": LeftOut.SEVERAL_ROSTER_ROWS}
+    assert result.left_out["turinga"].detail.startswith("Turing, Alan (ID 50871) and Turing, A. (ID 60000)")
+    # neither of turinga's rows is written (not even as a missing submission's 0); every other student is
+    assert by_id(read(output)) == {"48213": "7.5", "51002": "0", "49999": "0", "99999": "0"}
 
 
-def test_canvas_without_a_roster_stops_on_a_student_the_zip_does_not_name(tmp_path):
+def test_canvas_leaves_out_two_students_who_match_one_roster_row(tmp_path):
+    grades(tmp_path, {**PARTS, "ada": PARTS["lovelaceada"]})
+    canvas_zip(tmp_path)
+    roster = write(tmp_path / "roster.csv", [CANVAS_HEADER, ["Lovelace, Ada", "48213", "", "ada", "A"],
+                                             ["Hopper, Grace", "51002", "", "", "A"],
+                                             ["Turing, Alan", "50871", "", "", "B"]])
+    result = export(A, to="canvas", course_dir=tmp_path, roster=roster, missing_as_zero=True)
+    assert reasons(result) == {"ada": LeftOut.SHARED_ROSTER_ROW, "lovelaceada": LeftOut.SHARED_ROSTER_ROW}
+    assert by_id(read(result.path)) == {"51002": "0", "50871": "3.33"}  # Ada's row: not written, not 0
+
+
+def test_canvas_without_a_roster_leaves_out_a_student_the_zip_does_not_name(tmp_path):
     grades(tmp_path)
     canvas_zip(tmp_path, dict(list(CANVAS_FILES.items())[:2]))
-    with pytest.raises(ExportError, match=r"no Canvas user id for turinga .*pass --roster"):
-        export(A, to="canvas", course_dir=tmp_path)
-    assert not (tmp_path / "grades" / f"canvas-{A}.csv").exists()
+    result = export(A, to="canvas", course_dir=tmp_path)
+    assert reasons(result) == {"turinga": LeftOut.NO_USER_ID}
+    assert by_id(read(result.path)) == {"48213": "7.5", "51002": "0"}
+    assert "pass --roster" in result.omissions()[0]
+
+
+def test_the_canvas_ids_come_from_the_top_of_canvass_download_only(tmp_path):
+    """A zip a student handed in, and what an older zip_collect unpacked of it into extracted/, name no one: its
+    ``lovelaceada_50000_...`` gives lovelaceada no second user id, which would leave her out."""
+    import io
+
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as handed_in:
+        handed_in.writestr("lovelaceada_50000_1_03_masking.ipynb", "{}")
+    grades(tmp_path)
+    canvas_zip(tmp_path, {**CANVAS_FILES, "mallory_50000_917300_handin.zip": ""},
+               {"mallory_50000_917300_handin.zip": inner.getvalue()})
+    old = tmp_path / "downloaded" / A / "extracted" / "submissions" / "mallory_50000_917300_handin"
+    old.mkdir(parents=True)
+    (old / "lovelaceada_50000_1_03_masking.ipynb").write_text("{}")
+    result = export(A, to="canvas", course_dir=tmp_path)
+    assert not result.left_out
+    assert by_id(read(result.path)) == {"48213": "7.5", "51002": "0", "50871": "3.33", "50000": ""}
 
 
 # --- Moodle
@@ -195,7 +243,7 @@ def test_moodle_prefers_an_identifier_written_as_is(tmp_path):
     assert not result.warnings
 
 
-def test_moodle_needs_a_roster_and_stops_on_an_ambiguous_one(tmp_path):
+def test_moodle_needs_a_roster_and_leaves_out_a_student_it_matches_twice(tmp_path):
     moodle_course(tmp_path)
     with pytest.raises(ExportError, match=r"pass --roster .*Grades > Export > Plain text file"):
         export(A, to="moodle", course_dir=tmp_path)
@@ -203,21 +251,33 @@ def test_moodle_needs_a_roster_and_stops_on_an_ambiguous_one(tmp_path):
                                              ["Ada", "Lovelace", "u1", "", "", "ada@uni.example", "", ""],
                                              ["Grace", "Hopper", "u2", "", "", "grace@uni.example", "", ""],
                                              ["Someone", "Else", "5002", "", "", "else@uni.example", "", ""]])
-    with pytest.raises(ExportError, match=r"two roster rows or more for 5002 \(Grace Hopper .* and Someone Else"):
-        export(A, to="moodle", course_dir=tmp_path, roster=roster)
-    assert not (tmp_path / "grades" / f"moodle-{A}.csv").exists()
+    result = export(A, to="moodle", course_dir=tmp_path, roster=roster)
+    assert reasons(result) == {"5002": LeftOut.SEVERAL_ROSTER_ROWS}
+    assert "Grace Hopper (grace@uni.example) and Someone Else" in result.left_out["5002"].detail
+    assert read(result.path) == [["Email address", f"Assignment: {A} (Real)"], ["ada@uni.example", "7.5"]]
 
 
-# --- what stops every export
+# --- what one student does not stop
 
 
-def test_a_submission_that_was_not_graded_stops_the_export(tmp_path):
+def test_a_submission_not_graded_is_left_out_and_every_graded_student_written(tmp_path, capsys, monkeypatch):
+    """One submission not graded (collected after the grading run): the command writes every graded student,
+    names the one not graded on stderr, and exits with 1; the student's row is not written, not even as 0."""
+    from autograder.instructor.cli import main
+
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # main() puts this environment's bin/ first: undone after
     grades(tmp_path)
-    canvas_zip(tmp_path)
-    (tmp_path / "submitted" / "zuse" / A).mkdir(parents=True)  # collected after the grading run
-    with pytest.raises(ExportError, match=r"1 submissions of 03_masking were not graded: zuse"):
-        export(A, to="canvas", course_dir=tmp_path)
-    assert not (tmp_path / "grades" / f"canvas-{A}.csv").exists()
+    canvas_zip(tmp_path, {**CANVAS_FILES, "zuse_50500_917270_03_masking.ipynb": "zuse"})
+    (tmp_path / "submitted" / "zuse" / A).mkdir(parents=True)
+    assert main(["export", A, "--to", "canvas", "--course-dir", str(tmp_path), "--missing-as-zero"]) == 1
+    said = capsys.readouterr()
+    assert "warning: not written: 1 submissions not graded (run python -m autograder grade 03_masking): zuse" \
+        in said.err
+    assert "3 students written: 3 graded, 0 empty cells (no submission), 0 zeros" in said.out
+    assert "1 students left out" in said.out
+    assert by_id(read(tmp_path / "grades" / f"canvas-{A}.csv")) == {"48213": "7.5", "51002": "0", "50871": "3.33"}
+    result = export(A, to="canvas", course_dir=tmp_path, roster=canvas_roster(tmp_path))
+    assert reasons(result) == {"zuse": LeftOut.NOT_GRADED}
     with pytest.raises(FileNotFoundError, match="run python -m autograder grade"):
         export("04_multihead", to="canvas", course_dir=tmp_path)
 
