@@ -70,7 +70,8 @@ class KernelRespondent(Respondent):
         self.deadline, self.seconds = deadline, max(0.0, deadline - time.monotonic())
         self.chapter = declaration.chapter
         self.codec = wire.Codec(helpers=helpers(self.chapter), oracle_name=self._oracle_name)
-        self.limits = wire.Limits(bytes=MESSAGE_BYTES)
+        # a meta tensor may claim as many elements as a message could carry bytes, no more
+        self.limits = wire.Limits(bytes=MESSAGE_BYTES, elements=MESSAGE_BYTES)
         self._cpu_seconds: float | None = None
 
     def check_earlier(self, declaration: Part) -> None:

@@ -565,9 +565,15 @@ def test_what_cannot_be_sent_is_named_in_a_reply():
         wire.pack(lambda: 1)
 
 
-def _message(header: dict, *buffers: bytes) -> bytes:
-    text = json.dumps(header).encode()
+def _message(header: dict | bytes, *buffers: bytes) -> bytes:
+    """A message built by hand: ``header`` as JSON (or its bytes as they are), then ``buffers``."""
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
     return b"AGW1" + len(text).to_bytes(4, "little") + text + b"".join(buffers)
+
+
+def _meta(*shape) -> bytes:
+    """A message of one ``meta`` tensor of ``shape``: a few dozen bytes, however many elements it claims."""
+    return _message({"value": {"tensor": None, "shape": list(shape), "dtype": "bool"}, "buffers": []})
 
 
 @pytest.mark.parametrize("message, why", [
@@ -599,6 +605,55 @@ def test_a_message_over_the_limits_is_refused_before_it_is_read():
         wire.unpack(wire.pack(deep))
     with pytest.raises(wire.WireError, match="more than 10 values"):
         wire.unpack(wire.pack(list(range(20))), limits=wire.Limits(values=10))
+
+
+#: Messages a student's kernel may send to crash the grader's decoding, each refused as a WireError: before
+#: these tests, torch's RuntimeError, TypeError or ValueError (or an allocation) escaped wire.unpack.
+HOSTILE_TENSORS = [
+    pytest.param(_meta(2**62, 2**62), "elements allowed", id="a meta tensor of 2**124 elements (RuntimeError)"),
+    pytest.param(_meta(2**63), "elements allowed", id="a size out of int64's range (TypeError)"),
+    pytest.param(_message({"value": {"tensor": 0, "shape": [0, 2**63], "dtype": "int8"}, "buffers": [0]}),
+                 "elements allowed", id="a zero-size tensor with a size out of int64's range (TypeError)"),
+    pytest.param(_meta(0, 2**62, 2**62), "elements allowed", id="a zero-size tensor whose strides overflow (RuntimeError)"),
+    pytest.param(_meta(2**40), "elements allowed", id="a meta tensor of 2**40 elements (decoded)"),
+    pytest.param(_meta(-1), "malformed tensor shape", id="a negative size"),
+    pytest.param(_meta(True), "malformed tensor shape", id="a bool for a size (TypeError)"),
+    pytest.param(_message({"value": {"tensor": None, "shape": [1], "dtype": []}, "buffers": []}), "dtype",
+                 id="a dtype that is a list (TypeError)"),
+    pytest.param(_message({"value": {"dtype": {}}, "buffers": []}), "unknown data", id="a dtype tag of a dict (TypeError)"),
+    pytest.param(_message({"value": {"tensor": 0, "shape": [1], "dtype": "int8", "device": {}}, "buffers": [1]}, b"\0"),
+                 "device", id="a device that is not a name"),
+    pytest.param(_message({"value": {"tensor": [300], "shape": [1], "dtype": "int8"}, "buffers": []}), "cannot hold",
+                 id="300 as int8 (RuntimeError)"),
+    pytest.param(_message({"value": {"tensor": [2**70], "shape": [], "dtype": "int64"}, "buffers": []}), "cannot hold",
+                 id="2**70 as int64 (ValueError)"),
+    pytest.param(_message({"value": [{"tensor": 0, "shape": [2], "dtype": "int8"}] * 3, "buffers": [2]}, b"\0\0"),
+                 "bytes of another", id="one buffer for many tensors (a copy each)"),
+]
+
+
+@pytest.mark.parametrize("message, why", HOSTILE_TENSORS)
+def test_hostile_tensors_are_refused_as_wire_errors_and_read_as_replies_that_say_so(message, why):
+    with pytest.raises(wire.WireError, match=why):
+        wire.unpack(message)
+    replies = _respondent()._decode_replies(base64.b64encode(message).decode())
+    assert len(replies) == 1 and replies[0].error.startswith("ReplyError:") and why in replies[0].error
+
+
+def test_the_elements_of_tensors_are_bounded_meta_tensors_included_and_a_buffer_makes_one_tensor():
+    meta = wire.pack((torch.empty(4, 5, device="meta"), torch.empty(0, 7, device="meta")))
+    assert [t.shape for t in wire.unpack(meta, limits=wire.Limits(elements=20))] == [(4, 5), (0, 7)]
+    with pytest.raises(wire.WireError, match="more than the 19 elements allowed"):
+        wire.unpack(meta, limits=wire.Limits(elements=19))
+    two = wire.pack((torch.zeros(3), torch.empty(3, device="meta")))
+    with pytest.raises(wire.WireError, match="more than 5 elements in all"):
+        wire.unpack(two, limits=wire.Limits(elements=5))
+    assert wire.unpack(_meta(0, 2**20)).shape == (0, 2**20)  # a zero-size tensor of an extent within the limit
+
+
+def test_a_bool_tensors_bytes_other_than_0_and_1_are_true():
+    mask = wire.unpack(_message({"value": {"tensor": 0, "shape": [3], "dtype": "bool"}, "buffers": [3]}, b"\0\2\xff"))
+    assert mask.tolist() == [False, True, True] and mask.view(torch.uint8).tolist() == [0, 1, 1]
 
 
 def test_a_malformed_reply_is_a_reply_that_says_so():
