@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -203,6 +204,9 @@ def unpack(message: bytes, codec: Codec | None = None, limits: Limits = Limits()
            device: Callable[[str], torch.device] | None = None) -> Any:
     """The value of a :func:`pack` message, checked against ``limits`` before it is parsed.
 
+    The header's bytes must pass :func:`_scan`, and be ASCII (``json.dumps`` writes them so:
+    its text is then one byte a character), before it is copied or ``json.loads`` builds anything.
+
     Raises:
         WireError: a message too large, malformed, or holding data beyond ``limits``.
     """
@@ -213,13 +217,18 @@ def unpack(message: bytes, codec: Codec | None = None, limits: Limits = Limits()
     (length,) = struct.unpack("<I", message[4:8])
     if 8 + length > len(message):
         raise WireError("a message cut short")
+    _scan(memoryview(message)[8:8 + length], limits)
     try:
-        header = json.loads(message[8:8 + length].decode("utf-8"))
-        sizes = header["buffers"]
-        if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
-            raise WireError("malformed buffer sizes")
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, RecursionError) as error:
+        text = str(memoryview(message)[8:8 + length], "ascii")
+    except UnicodeDecodeError:
+        raise WireError("a message header that is not ASCII") from None
+    try:
+        header = json.loads(text)
+    except (ValueError, RecursionError) as error:  # ValueError: not JSON, or an int of over 4300 digits
         raise WireError(f"a malformed message header ({type(error).__name__})") from None
+    sizes = header.get("buffers") if isinstance(header, dict) else None
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
+        raise WireError("a message header without its buffer sizes")
     view, offset, buffers = memoryview(message), 8 + length, []
     for size in sizes:
         if offset + size > len(message):
@@ -229,6 +238,50 @@ def unpack(message: bytes, codec: Codec | None = None, limits: Limits = Limits()
     if offset != len(message):
         raise WireError("bytes after the last buffer")
     return from_data(header.get("value"), codec, buffers, limits, device)
+
+
+#: One token of a JSON text for :func:`_scan`: a string (group 1: the colon that makes it a key),
+#: an opening bracket (group 2), a closing one (group 3), or a literal (a number, ``true``...).
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"(\s*:)?|([\[{])|([\]}])|[^\s,:\[\]{}"]+', re.DOTALL)
+
+
+def _scan(header: bytes | memoryview, limits: Limits) -> None:
+    """Refuse a JSON ``header`` that holds more values or is nested deeper than ``limits`` allow.
+
+    One pass over the tokens, outside strings, that stops at the first value too many: what
+    ``json.loads`` then builds is at most ``limits.values`` objects, however small each is in
+    the text (``[{}, {}, ...]`` is 4 bytes a dict of some 64). Every JSON value counts (a
+    tag's object and its list too, a dict's keys not), so this counts at least as many as
+    :class:`_Decoder`. Depth: the header's object, two levels for each level of data (a
+    tag's object and its list, ``{"tuple": [...]}``), and a tensor's object and its shape:
+    ``2 * limits.depth + 3``. A bracket that closes nothing, or a key before its value, ends
+    the pass too, so that it looks at no more than ``3 * limits.values`` tokens (whitespace,
+    commas and the inside of strings are skipped by the regular expression, in C). Other
+    bytes that are not JSON are left for ``json.loads`` to refuse.
+
+    Raises:
+        WireError: too many values, too deep, or brackets or keys out of place.
+    """
+    values, keys, depth, deepest = 0, 0, 0, 2 * limits.depth + 3
+    for token in _TOKEN.finditer(header):
+        key, opens, closes = token.groups()
+        if closes:
+            depth -= 1
+            if depth < 0:
+                raise WireError("a malformed message header (a bracket closes nothing)")
+            continue
+        if key:
+            keys += 1
+            if keys > values:  # in JSON, each key follows its object or the value of the key before
+                raise WireError("a malformed message header (a key without a value)")
+            continue
+        values += 1
+        if values > limits.values:
+            raise WireError(f"more than {limits.values} values")
+        if opens:
+            depth += 1
+            if depth > deepest:
+                raise WireError(f"nested deeper than {limits.depth}")
 
 
 def _device(kind: str) -> torch.device:

@@ -629,6 +629,10 @@ HOSTILE_TENSORS = [
                  id="2**70 as int64 (ValueError)"),
     pytest.param(_message({"value": [{"tensor": 0, "shape": [2], "dtype": "int8"}] * 3, "buffers": [2]}, b"\0\0"),
                  "bytes of another", id="one buffer for many tensors (a copy each)"),
+    pytest.param(_message(b'{"value": 1' + b"0" * 5000 + b', "buffers": []}'), "malformed message header",
+                 id="an integer of 5000 digits (ValueError)"),
+    pytest.param(_message('{"value": "\u00e9", "buffers": []}'.encode()), "not ASCII",
+                 id="a header that is not ASCII"),
 ]
 
 
@@ -654,6 +658,75 @@ def test_the_elements_of_tensors_are_bounded_meta_tensors_included_and_a_buffer_
 def test_a_bool_tensors_bytes_other_than_0_and_1_are_true():
     mask = wire.unpack(_message({"value": {"tensor": 0, "shape": [3], "dtype": "bool"}, "buffers": [3]}, b"\0\2\xff"))
     assert mask.tolist() == [False, True, True] and mask.view(torch.uint8).tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("message, why", [
+    pytest.param(_message(b"[" + b"{}, " * 200_000 + b"{}]"), "more than 200000 values", id="[{}, {}, ...]"),
+    pytest.param(_message(b'{"value": ' + b"[" * 68 + b"]" * 68 + b', "buffers": []}'), "nested deeper than 32",
+                 id="[[[...]]] deeper than JSON of 32 levels of data"),
+    pytest.param(_message(b'{"value": 1, "buffers": []}' + b"]" * 10**6), "closes nothing", id="]]]..."),
+    pytest.param(_message(b'{"value": ' + b'"a": ' * 10**6 + b'1, "buffers": []}'), "a key without a value",
+                 id='"a": "a": ...'),
+])
+def test_a_header_is_scanned_and_refused_before_it_is_parsed(message, why, monkeypatch):
+    monkeypatch.setattr(json, "loads", lambda *args, **kwargs: pytest.fail("parsed"))
+    with pytest.raises(wire.WireError, match=why):
+        wire.unpack(message)
+    replies = _respondent()._decode_replies(base64.b64encode(message).decode())
+    assert replies[0].error.startswith("ReplyError:") and why in replies[0].error
+
+
+def test_the_scan_of_a_header_counts_json_values_outside_strings_and_lets_data_at_the_limits_through():
+    text = 'brackets [{ and "quotes": \\" inside a string'
+    assert wire.unpack(wire.pack(text), limits=wire.Limits(values=3)) == text  # the header, the string, buffers
+    with pytest.raises(wire.WireError, match="more than 11 values"):
+        wire.unpack(wire.pack(list(range(9))), limits=wire.Limits(values=11))  # the header, its list, 9, buffers
+    value: object = torch.zeros(2)
+    for _ in range(32):  # a tensor in 32 tuples, as deep as data may be: 2 * 32 + 3 levels of JSON
+        value = (value,)
+    back = wire.unpack(wire.pack(value))
+    for _ in range(32):
+        back = back[0]
+    assert torch.equal(back, torch.zeros(2))
+
+
+#: Decodes a message of a header ``[{}, {}, ...]`` of about 48 MB (what fits the kernel's largest message,
+#: base64-encoded) as the grader does, and prints the message's size, the growth of the process's peak
+#: memory meanwhile (building the message included) and what decoding it raised.
+MEMORY_PROBE = """
+import resource, struct, sys
+from autograder import wire
+from autograder.grading.kernels import MESSAGE_BYTES
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+limits = wire.Limits(bytes=MESSAGE_BYTES)
+wire.unpack(wire.pack([{}]), limits=limits)  # what a first decoding imports
+chunk, copies = b"{}, " * 2**16, 183
+length = 1 + len(chunk) * copies + 3
+before = peak()
+message = b"".join([b"AGW1", struct.pack("<I", length), b"["] + [chunk] * copies + [b"{}]"])
+try:
+    wire.unpack(message, limits=limits)
+    outcome = "decoded"
+except wire.WireError as error:
+    outcome = f"WireError: {error}"
+print(len(message), peak() - before, outcome)
+"""
+
+
+def test_a_header_of_millions_of_empty_dicts_is_refused_in_little_more_memory_than_the_message():
+    """Before the scan, ``json.loads`` built 12 million dicts first: some 1.1 GB for a 48 MB message."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("resource")
+    probe = subprocess.run([sys.executable, "-c", MEMORY_PROBE], capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    size, growth, outcome = probe.stdout.split(maxsplit=2)
+    assert int(growth) < 3 * int(size) + 32 * 2**20, f"{int(growth) / 2**20:.0f} MiB for a message of {int(size) / 2**20:.0f} MiB"
+    assert int(size) > 45 * 2**20 and outcome.startswith("WireError: more than 200000 values")
 
 
 def test_a_malformed_reply_is_a_reply_that_says_so():
