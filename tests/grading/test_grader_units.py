@@ -794,6 +794,16 @@ def test_an_oracle_answers_only_what_this_part_may_call_on_inputs_of_its_size():
     assert raised.startswith("error ValueError")
 
 
+@pytest.mark.parametrize("call", [
+    pytest.param({"name": [], "args": (), "kwargs": {}}, id="a name that is a list (TypeError)"),
+    pytest.param(torch.zeros(3), id="a tensor (IndexError)"),
+    pytest.param({"name": "ch03_masking:causal_mask", "args": torch.empty(2**20, device="meta"), "kwargs": {}},
+                 id="args a tensor of 2**20 rows (a tensor made of each)"),
+])
+def test_an_oracle_call_that_is_not_a_call_is_answered_an_error(call):
+    assert _respondent()._answer(_prompt("oracle", call)).startswith("error the call could not be read")
+
+
 def test_a_loss_computed_by_the_grader_carries_its_gradient_back_into_the_kernel(monkeypatch):
     """A training loop that calls an earlier part (assignment 7's loss) is answered outside, gradient included."""
     from autograder.ch07_decoding import TRAINING
