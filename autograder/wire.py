@@ -9,12 +9,14 @@ process (tensors as raw bytes after a JSON header, see :func:`pack`).
 Decoding runs no code of the sender's: JSON, then ``torch.frombuffer`` on bytes whose
 dtype comes from a fixed list and whose length must match the declared shape. What a
 grading kernel sends is untrusted, so :func:`unpack` also caps the message's size, its
-nesting and its number of values before it builds anything (:class:`Limits`).
+nesting and its number of values before it builds anything, and its tensors' elements
+(a ``meta`` tensor's too) before it builds them (:class:`Limits`). Whatever is wrong with a
+message is a :class:`WireError`, never another exception.
 
 Tags, each a JSON object with one of these keys:
 
 * ``{"tensor": [...] | <buffer index> | null, "shape": [...], "dtype": "float32", "device": "cpu"}``
-  (``null`` for a tensor on the ``meta`` device, which has no data);
+  (``null`` for a tensor on the ``meta`` device, which has no data; a buffer makes one tensor);
 * ``{"tuple": [...]}``, ``{"dict": {...}}`` (string keys), ``{"float": "nan"}`` for a
   non-finite float, ``{"device": "cuda"}``, ``{"dtype": "float64"}``;
 * ``{"helper": name}``: a function of the chapter's checks module (``HELPERS``);
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -63,12 +66,16 @@ class Limits:
         depth: nesting of tuples, lists and dicts.
         values: values of any kind in all.
         string: characters of one string.
+        elements: elements of all tensors together, a ``meta`` tensor's included (it comes
+            without bytes, yet what is done with it may allocate them), and each tensor's
+            extent: the product of its sizes, a 0 counted as 1 (what its strides span).
     """
 
     bytes: int = 256 * 2**20
     depth: int = 32
     values: int = 200_000
     string: int = 2**20
+    elements: int = 2**28
 
 
 @dataclass
@@ -197,6 +204,9 @@ def unpack(message: bytes, codec: Codec | None = None, limits: Limits = Limits()
            device: Callable[[str], torch.device] | None = None) -> Any:
     """The value of a :func:`pack` message, checked against ``limits`` before it is parsed.
 
+    The header's bytes must pass :func:`_scan`, and be ASCII (``json.dumps`` writes them so:
+    its text is then one byte a character), before it is copied or ``json.loads`` builds anything.
+
     Raises:
         WireError: a message too large, malformed, or holding data beyond ``limits``.
     """
@@ -207,13 +217,18 @@ def unpack(message: bytes, codec: Codec | None = None, limits: Limits = Limits()
     (length,) = struct.unpack("<I", message[4:8])
     if 8 + length > len(message):
         raise WireError("a message cut short")
+    _scan(memoryview(message)[8:8 + length], limits)
     try:
-        header = json.loads(message[8:8 + length].decode("utf-8"))
-        sizes = header["buffers"]
-        if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
-            raise WireError("malformed buffer sizes")
-    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, RecursionError) as error:
+        text = str(memoryview(message)[8:8 + length], "ascii")
+    except UnicodeDecodeError:
+        raise WireError("a message header that is not ASCII") from None
+    try:
+        header = json.loads(text)
+    except (ValueError, RecursionError) as error:  # ValueError: not JSON, or an int of over 4300 digits
         raise WireError(f"a malformed message header ({type(error).__name__})") from None
+    sizes = header.get("buffers") if isinstance(header, dict) else None
+    if not isinstance(sizes, list) or not all(isinstance(s, int) and s >= 0 for s in sizes):
+        raise WireError("a message header without its buffer sizes")
     view, offset, buffers = memoryview(message), 8 + length, []
     for size in sizes:
         if offset + size > len(message):
@@ -225,9 +240,53 @@ def unpack(message: bytes, codec: Codec | None = None, limits: Limits = Limits()
     return from_data(header.get("value"), codec, buffers, limits, device)
 
 
+#: One token of a JSON text for :func:`_scan`: a string (group 1: the colon that makes it a key),
+#: an opening bracket (group 2), a closing one (group 3), or a literal (a number, ``true``...).
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"(\s*:)?|([\[{])|([\]}])|[^\s,:\[\]{}"]+', re.DOTALL)
+
+
+def _scan(header: bytes | memoryview, limits: Limits) -> None:
+    """Refuse a JSON ``header`` that holds more values or is nested deeper than ``limits`` allow.
+
+    One pass over the tokens, outside strings, that stops at the first value too many: what
+    ``json.loads`` then builds is at most ``limits.values`` objects, however small each is in
+    the text (``[{}, {}, ...]`` is 4 bytes a dict of some 64). Every JSON value counts (a
+    tag's object and its list too, a dict's keys not), so this counts at least as many as
+    :class:`_Decoder`. Depth: the header's object, two levels for each level of data (a
+    tag's object and its list, ``{"tuple": [...]}``), and a tensor's object and its shape:
+    ``2 * limits.depth + 3``. A bracket that closes nothing, or a key before its value, ends
+    the pass too, so that it looks at no more than ``3 * limits.values`` tokens (whitespace,
+    commas and the inside of strings are skipped by the regular expression, in C). Other
+    bytes that are not JSON are left for ``json.loads`` to refuse.
+
+    Raises:
+        WireError: too many values, too deep, or brackets or keys out of place.
+    """
+    values, keys, depth, deepest = 0, 0, 0, 2 * limits.depth + 3
+    for token in _TOKEN.finditer(header):
+        key, opens, closes = token.groups()
+        if closes:
+            depth -= 1
+            if depth < 0:
+                raise WireError("a malformed message header (a bracket closes nothing)")
+            continue
+        if key:
+            keys += 1
+            if keys > values:  # in JSON, each key follows its object or the value of the key before
+                raise WireError("a malformed message header (a key without a value)")
+            continue
+        values += 1
+        if values > limits.values:
+            raise WireError(f"more than {limits.values} values")
+        if opens:
+            depth += 1
+            if depth > deepest:
+                raise WireError(f"nested deeper than {limits.depth}")
+
+
 def _device(kind: str) -> torch.device:
     if kind not in ("cpu", "cuda", "meta"):
-        raise WireError(f"tensors on device {kind!r} are not carried")
+        raise WireError(f"tensors on device {kind[:40]!r} are not carried")
     if kind == "cuda" and not torch.cuda.is_available():
         raise WireError("a tensor on CUDA, but there is no CUDA device here")
     return torch.device(kind)
@@ -236,7 +295,7 @@ def _device(kind: str) -> torch.device:
 class _Decoder:
     def __init__(self, codec: Codec, buffers: list, limits: Limits, device: Callable[[str], torch.device]):
         self.codec, self.buffers, self.limits, self.device = codec, buffers, limits, device
-        self.count = 0
+        self.count, self.elements, self.used = 0, 0, set()
 
     def decode(self, data: Any, depth: int) -> Any:
         self.count += 1
@@ -265,46 +324,102 @@ class _Decoder:
             return float(value)
         if tag == "device" and isinstance(value, str):
             return torch.device(self.device(value.split(":")[0]))
-        if tag == "dtype" and value in DTYPES:
+        if tag == "dtype" and isinstance(value, str) and value in DTYPES:
             return DTYPES[value]
         if tag == "opaque" and isinstance(value, str):
             return Opaque(value[:200])
         if tag == "helper" and isinstance(value, str):
             helpers = self.codec.helpers or {}
             if value not in helpers:
-                raise WireError(f"no helper named {value!r}")
+                raise WireError(f"no helper named {value[:40]!r}")
             return helpers[value]
         if tag == "oracle" and isinstance(data.get("oracle"), str) and isinstance(data.get("bound", {}), dict):
             if self.codec.oracle is None:
                 raise WireError("a function to call back, but no way to call back")
             bound = {str(k): self.decode(v, depth + 1) for k, v in data.get("bound", {}).items()}
             return self.codec.oracle(data["oracle"], bound)
-        raise WireError(f"unknown data {sorted(data)[:3]}")
+        raise WireError(f"unknown data {[str(key)[:40] for key in sorted(data)[:3]]}")
 
     def _tensor(self, data: dict) -> torch.Tensor:
-        dtype, shape, where = DTYPES.get(data.get("dtype")), data.get("shape"), data.get("device", "cpu")
+        """The tensor of a ``{"tensor": ..., "shape": ..., "dtype": ..., "device": ...}`` tag.
+
+        Its values come inline (a list of numbers, from a case file), as the bytes of a
+        buffer (its index), or not at all (``null``: a ``meta`` tensor).
+
+        Raises:
+            WireError: a dtype not in :data:`DTYPES`, a device that is not a string, a shape
+                :meth:`_shape` refuses, or values that do not fit the shape and dtype.
+        """
+        name, where = data.get("dtype"), data.get("device", "cpu")
+        dtype = DTYPES.get(name) if isinstance(name, str) else None
         if dtype is None:
-            raise WireError(f"tensors of dtype {data.get('dtype')!r} are not carried")
-        if not isinstance(shape, list) or not all(isinstance(n, int) and 0 <= n for n in shape) or len(shape) > 16:
-            raise WireError("a malformed tensor shape")
-        numel = math.prod(shape)
+            raise WireError(f"tensors of dtype {str(name)[:40]!r} are not carried")
+        if not isinstance(where, str):
+            raise WireError("a tensor whose device is not a name")
+        shape = self._shape(data.get("shape"))
         payload = data["tensor"]
         if payload is None:  # a meta tensor: shape and dtype only
             return torch.empty(shape, dtype=dtype, device="meta")
         if isinstance(payload, list):  # inline, from a case file
-            if len(payload) != numel:
-                raise WireError("a tensor whose values do not fit its shape")
-            if not all(isinstance(v, (int, float)) for v in payload):
-                raise WireError("a tensor with values that are not numbers")
-            return torch.tensor(payload, dtype=dtype).reshape(shape).to(self.device(where))
-        if not isinstance(payload, int) or not 0 <= payload < len(self.buffers):
+            return self._inline(payload, shape, dtype).to(self.device(where))
+        return self._from_buffer(payload, shape, dtype).to(self.device(where))
+
+    def _shape(self, shape: Any) -> list[int]:
+        """``shape``, checked: a list of at most 16 sizes, each an ``int`` (not a ``bool``) >= 0.
+
+        Raises:
+            WireError: a malformed shape; an extent (the product of the sizes, a 0 counted
+                as 1) over ``limits.elements``; or, with the tensors decoded before, more
+                than ``limits.elements`` elements in all.
+        """
+        if not isinstance(shape, list) or len(shape) > 16 or \
+                not all(type(n) is int and n >= 0 for n in shape):
+            raise WireError("a malformed tensor shape")
+        extent = 1
+        for n in shape:  # stops at the first size too many: no product of huge integers
+            extent *= max(n, 1)
+            if extent > self.limits.elements:
+                raise WireError(f"a tensor of more than the {self.limits.elements} elements allowed")
+        self.elements += math.prod(shape)
+        if self.elements > self.limits.elements:
+            raise WireError(f"tensors of more than {self.limits.elements} elements in all")
+        return shape
+
+    def _inline(self, payload: list, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """A tensor of ``shape`` from its values listed flat.
+
+        Raises:
+            WireError: as many values as the shape has elements, not all numbers, or
+                numbers that ``dtype`` cannot hold (300 as ``int8``, 2**70 as ``int64``).
+        """
+        if len(payload) != math.prod(shape):
+            raise WireError("a tensor whose values do not fit its shape")
+        if not all(isinstance(v, (int, float)) for v in payload):
+            raise WireError("a tensor with values that are not numbers")
+        try:
+            return torch.tensor(payload, dtype=dtype).reshape(shape)
+        except (RuntimeError, OverflowError, ValueError):  # how torch refuses a number out of dtype's range
+            raise WireError(f"a tensor with values that {dtype} cannot hold") from None
+
+    def _from_buffer(self, index: Any, shape: list[int], dtype: torch.dtype) -> torch.Tensor:
+        """A tensor of ``shape`` on the bytes of buffer ``index`` (copied: the message stays read-only).
+
+        Each buffer makes one tensor: a buffer named twice would make a small message
+        decode to many copies of it. A ``bool`` tensor's bytes become ``True`` where not 0
+        (torch takes any other byte than 0 or 1 for a ``bool`` that is neither).
+
+        Raises:
+            WireError: no such buffer, a buffer named before, or not ``numel * itemsize`` bytes.
+        """
+        if type(index) is not int or not 0 <= index < len(self.buffers):
             raise WireError("a tensor without its bytes")
-        raw = self.buffers[payload]
+        if index in self.used:
+            raise WireError("a tensor on the bytes of another")
+        self.used.add(index)
+        raw, numel = self.buffers[index], math.prod(shape)
         itemsize = torch.empty((), dtype=dtype).element_size()
         if len(raw) != numel * itemsize:
-            raise WireError(f"a tensor of shape {shape} and dtype {data['dtype']} with {len(raw)} bytes")
-        if numel == 0:
-            flat = torch.empty(0, dtype=dtype)
-        else:
-            flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype)
-        return flat.reshape(shape).to(self.device(where))
+            raise WireError(f"a tensor of shape {shape} and dtype {dtype} with {len(raw)} bytes")
+        octets = torch.frombuffer(bytearray(raw), dtype=torch.uint8) if numel else torch.empty(0, dtype=torch.uint8)
+        flat = octets != 0 if dtype is torch.bool else octets.view(dtype)
+        return flat.reshape(shape)

@@ -70,7 +70,8 @@ class KernelRespondent(Respondent):
         self.deadline, self.seconds = deadline, max(0.0, deadline - time.monotonic())
         self.chapter = declaration.chapter
         self.codec = wire.Codec(helpers=helpers(self.chapter), oracle_name=self._oracle_name)
-        self.limits = wire.Limits(bytes=MESSAGE_BYTES)
+        # a meta tensor may claim as many elements as a message could carry bytes, no more
+        self.limits = wire.Limits(bytes=MESSAGE_BYTES, elements=MESSAGE_BYTES)
         self._cpu_seconds: float | None = None
 
     def check_earlier(self, declaration: Part) -> None:
@@ -155,9 +156,8 @@ class KernelRespondent(Respondent):
         try:
             call = wire.unpack(base64.b64decode(payload, validate=True), wire.Codec(helpers=helpers(self.chapter)),
                                self.limits)
-            name, args, kwargs = call["name"], tuple(call["args"]), dict(call["kwargs"])
-            gradient = call.get("gradient")
-        except (wire.WireError, ValueError, KeyError, TypeError) as error:
+            name, args, kwargs, gradient = _call(call)
+        except ValueError as error:  # WireError is one
             return f"error the call could not be read ({error})"
         if name not in self._oracles:
             return f"error `{name}` is not available to this part"
@@ -179,6 +179,19 @@ class KernelRespondent(Respondent):
                 return "error the grader ran out of its own memory computing it (the grading worker's data limit)"
             return f"error {type(error).__name__}: {error}"
         return "ok " + base64.b64encode(wire.pack(result)).decode()
+
+
+def _call(call: Any) -> tuple[str, tuple, dict, Any]:
+    """The name, args, kwargs and gradient request (``None`` if none) of an oracle call the kernel sent.
+
+    Raises:
+        ValueError: ``call`` is not a dict of a string ``name``, a tuple or list ``args`` and a
+            dict ``kwargs`` (a tensor for ``args`` would be unbound into one tensor a row).
+    """
+    if not isinstance(call, dict) or not isinstance(call.get("name"), str) or \
+            not isinstance(call.get("args"), (tuple, list)) or not isinstance(call.get("kwargs"), dict):
+        raise ValueError("not a call of a name on args and kwargs")
+    return call["name"], tuple(call["args"]), call["kwargs"], call.get("gradient")
 
 
 def _vector_jacobian_product(reference: Any, args: tuple, kwargs: dict, gradient: Any) -> list[torch.Tensor]:

@@ -565,9 +565,15 @@ def test_what_cannot_be_sent_is_named_in_a_reply():
         wire.pack(lambda: 1)
 
 
-def _message(header: dict, *buffers: bytes) -> bytes:
-    text = json.dumps(header).encode()
+def _message(header: dict | bytes, *buffers: bytes) -> bytes:
+    """A message built by hand: ``header`` as JSON (or its bytes as they are), then ``buffers``."""
+    text = header if isinstance(header, bytes) else json.dumps(header).encode()
     return b"AGW1" + len(text).to_bytes(4, "little") + text + b"".join(buffers)
+
+
+def _meta(*shape) -> bytes:
+    """A message of one ``meta`` tensor of ``shape``: a few dozen bytes, however many elements it claims."""
+    return _message({"value": {"tensor": None, "shape": list(shape), "dtype": "bool"}, "buffers": []})
 
 
 @pytest.mark.parametrize("message, why", [
@@ -599,6 +605,128 @@ def test_a_message_over_the_limits_is_refused_before_it_is_read():
         wire.unpack(wire.pack(deep))
     with pytest.raises(wire.WireError, match="more than 10 values"):
         wire.unpack(wire.pack(list(range(20))), limits=wire.Limits(values=10))
+
+
+#: Messages a student's kernel may send to crash the grader's decoding, each refused as a WireError: before
+#: these tests, torch's RuntimeError, TypeError or ValueError (or an allocation) escaped wire.unpack.
+HOSTILE_TENSORS = [
+    pytest.param(_meta(2**62, 2**62), "elements allowed", id="a meta tensor of 2**124 elements (RuntimeError)"),
+    pytest.param(_meta(2**63), "elements allowed", id="a size out of int64's range (TypeError)"),
+    pytest.param(_message({"value": {"tensor": 0, "shape": [0, 2**63], "dtype": "int8"}, "buffers": [0]}),
+                 "elements allowed", id="a zero-size tensor with a size out of int64's range (TypeError)"),
+    pytest.param(_meta(0, 2**62, 2**62), "elements allowed", id="a zero-size tensor whose strides overflow (RuntimeError)"),
+    pytest.param(_meta(2**40), "elements allowed", id="a meta tensor of 2**40 elements (decoded)"),
+    pytest.param(_meta(-1), "malformed tensor shape", id="a negative size"),
+    pytest.param(_meta(True), "malformed tensor shape", id="a bool for a size (TypeError)"),
+    pytest.param(_message({"value": {"tensor": None, "shape": [1], "dtype": []}, "buffers": []}), "dtype",
+                 id="a dtype that is a list (TypeError)"),
+    pytest.param(_message({"value": {"dtype": {}}, "buffers": []}), "unknown data", id="a dtype tag of a dict (TypeError)"),
+    pytest.param(_message({"value": {"tensor": 0, "shape": [1], "dtype": "int8", "device": {}}, "buffers": [1]}, b"\0"),
+                 "device", id="a device that is not a name"),
+    pytest.param(_message({"value": {"tensor": [300], "shape": [1], "dtype": "int8"}, "buffers": []}), "cannot hold",
+                 id="300 as int8 (RuntimeError)"),
+    pytest.param(_message({"value": {"tensor": [2**70], "shape": [], "dtype": "int64"}, "buffers": []}), "cannot hold",
+                 id="2**70 as int64 (ValueError)"),
+    pytest.param(_message({"value": [{"tensor": 0, "shape": [2], "dtype": "int8"}] * 3, "buffers": [2]}, b"\0\0"),
+                 "bytes of another", id="one buffer for many tensors (a copy each)"),
+    pytest.param(_message(b'{"value": 1' + b"0" * 5000 + b', "buffers": []}'), "malformed message header",
+                 id="an integer of 5000 digits (ValueError)"),
+    pytest.param(_message('{"value": "\u00e9", "buffers": []}'.encode()), "not ASCII",
+                 id="a header that is not ASCII"),
+]
+
+
+@pytest.mark.parametrize("message, why", HOSTILE_TENSORS)
+def test_hostile_tensors_are_refused_as_wire_errors_and_read_as_replies_that_say_so(message, why):
+    with pytest.raises(wire.WireError, match=why):
+        wire.unpack(message)
+    replies = _respondent()._decode_replies(base64.b64encode(message).decode())
+    assert len(replies) == 1 and replies[0].error.startswith("ReplyError:") and why in replies[0].error
+
+
+def test_the_elements_of_tensors_are_bounded_meta_tensors_included_and_a_buffer_makes_one_tensor():
+    meta = wire.pack((torch.empty(4, 5, device="meta"), torch.empty(0, 7, device="meta")))
+    assert [t.shape for t in wire.unpack(meta, limits=wire.Limits(elements=20))] == [(4, 5), (0, 7)]
+    with pytest.raises(wire.WireError, match="more than the 19 elements allowed"):
+        wire.unpack(meta, limits=wire.Limits(elements=19))
+    two = wire.pack((torch.zeros(3), torch.empty(3, device="meta")))
+    with pytest.raises(wire.WireError, match="more than 5 elements in all"):
+        wire.unpack(two, limits=wire.Limits(elements=5))
+    assert wire.unpack(_meta(0, 2**20)).shape == (0, 2**20)  # a zero-size tensor of an extent within the limit
+
+
+def test_a_bool_tensors_bytes_other_than_0_and_1_are_true():
+    mask = wire.unpack(_message({"value": {"tensor": 0, "shape": [3], "dtype": "bool"}, "buffers": [3]}, b"\0\2\xff"))
+    assert mask.tolist() == [False, True, True] and mask.view(torch.uint8).tolist() == [0, 1, 1]
+
+
+@pytest.mark.parametrize("message, why", [
+    pytest.param(_message(b"[" + b"{}, " * 200_000 + b"{}]"), "more than 200000 values", id="[{}, {}, ...]"),
+    pytest.param(_message(b'{"value": ' + b"[" * 68 + b"]" * 68 + b', "buffers": []}'), "nested deeper than 32",
+                 id="[[[...]]] deeper than JSON of 32 levels of data"),
+    pytest.param(_message(b'{"value": 1, "buffers": []}' + b"]" * 10**6), "closes nothing", id="]]]..."),
+    pytest.param(_message(b'{"value": ' + b'"a": ' * 10**6 + b'1, "buffers": []}'), "a key without a value",
+                 id='"a": "a": ...'),
+])
+def test_a_header_is_scanned_and_refused_before_it_is_parsed(message, why, monkeypatch):
+    monkeypatch.setattr(json, "loads", lambda *args, **kwargs: pytest.fail("parsed"))
+    with pytest.raises(wire.WireError, match=why):
+        wire.unpack(message)
+    replies = _respondent()._decode_replies(base64.b64encode(message).decode())
+    assert replies[0].error.startswith("ReplyError:") and why in replies[0].error
+
+
+def test_the_scan_of_a_header_counts_json_values_outside_strings_and_lets_data_at_the_limits_through():
+    text = 'brackets [{ and "quotes": \\" inside a string'
+    assert wire.unpack(wire.pack(text), limits=wire.Limits(values=3)) == text  # the header, the string, buffers
+    with pytest.raises(wire.WireError, match="more than 11 values"):
+        wire.unpack(wire.pack(list(range(9))), limits=wire.Limits(values=11))  # the header, its list, 9, buffers
+    value: object = torch.zeros(2)
+    for _ in range(32):  # a tensor in 32 tuples, as deep as data may be: 2 * 32 + 3 levels of JSON
+        value = (value,)
+    back = wire.unpack(wire.pack(value))
+    for _ in range(32):
+        back = back[0]
+    assert torch.equal(back, torch.zeros(2))
+
+
+#: Decodes a message of a header ``[{}, {}, ...]`` of about 48 MB (what fits the kernel's largest message,
+#: base64-encoded) as the grader does, and prints the message's size, the growth of the process's peak
+#: memory meanwhile (building the message included) and what decoding it raised.
+MEMORY_PROBE = """
+import resource, struct, sys
+from autograder import wire
+from autograder.grading.kernels import MESSAGE_BYTES
+
+def peak():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+
+limits = wire.Limits(bytes=MESSAGE_BYTES)
+wire.unpack(wire.pack([{}]), limits=limits)  # what a first decoding imports
+chunk, copies = b"{}, " * 2**16, 183
+length = 1 + len(chunk) * copies + 3
+before = peak()
+message = b"".join([b"AGW1", struct.pack("<I", length), b"["] + [chunk] * copies + [b"{}]"])
+try:
+    wire.unpack(message, limits=limits)
+    outcome = "decoded"
+except wire.WireError as error:
+    outcome = f"WireError: {error}"
+print(len(message), peak() - before, outcome)
+"""
+
+
+def test_a_header_of_millions_of_empty_dicts_is_refused_in_little_more_memory_than_the_message():
+    """Before the scan, ``json.loads`` built 12 million dicts first: some 1.1 GB for a 48 MB message."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("resource")
+    probe = subprocess.run([sys.executable, "-c", MEMORY_PROBE], capture_output=True, text=True, timeout=300)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    size, growth, outcome = probe.stdout.split(maxsplit=2)
+    assert int(growth) < 3 * int(size) + 32 * 2**20, f"{int(growth) / 2**20:.0f} MiB for a message of {int(size) / 2**20:.0f} MiB"
+    assert int(size) > 45 * 2**20 and outcome.startswith("WireError: more than 200000 values")
 
 
 def test_a_malformed_reply_is_a_reply_that_says_so():
@@ -664,6 +792,16 @@ def test_an_oracle_answers_only_what_this_part_may_call_on_inputs_of_its_size():
     raised = respondent._answer(_prompt("oracle", {"name": "ch01_nadaraya_watson:leave_one_out",
                                                    "args": (torch.zeros(1), torch.zeros(1)), "kwargs": {}}))
     assert raised.startswith("error ValueError")
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param({"name": [], "args": (), "kwargs": {}}, id="a name that is a list (TypeError)"),
+    pytest.param(torch.zeros(3), id="a tensor (IndexError)"),
+    pytest.param({"name": "ch03_masking:causal_mask", "args": torch.empty(2**20, device="meta"), "kwargs": {}},
+                 id="args a tensor of 2**20 rows (a tensor made of each)"),
+])
+def test_an_oracle_call_that_is_not_a_call_is_answered_an_error(call):
+    assert _respondent()._answer(_prompt("oracle", call)).startswith("error the call could not be read")
 
 
 def test_a_loss_computed_by_the_grader_carries_its_gradient_back_into_the_kernel(monkeypatch):
