@@ -141,11 +141,17 @@ def tensors_in(result: Any) -> list[torch.Tensor]:
     return [leaf for leaf in nested.leaves(result, into=(tuple, list)) if isinstance(leaf, torch.Tensor)]
 
 
-def passed(part: str, cases: int, hidden: bool) -> None:
-    """Tell the student a check passed (on stdout, which nbgrader does not penalise)."""
+def passed(part: str, cases: int, hidden: bool, advice: tuple[str, ...] = ()) -> None:
+    """Tell the student a check passed, and the advice on it (on stdout, which nbgrader does not penalise)."""
     kind = "hidden" if hidden else "visible"
     where = " and ".join(d.type for d in devices())
-    print(f"✔ {part}: passed {cases} {kind} case{'s' if cases != 1 else ''} on {where}")
+    print(f"✔ {part}: passed {cases} {kind} case{'s' if cases != 1 else ''} on {where}" + advice_lines(advice))
+
+
+def advice_lines(advice: tuple[str, ...]) -> str:
+    """The advice on a passed part, one ``⚠`` line each after a newline (``""`` for none): what the answer's
+    own process reported, shown to help, never counted."""
+    return "".join(f"\n  ⚠ advice (no points depend on it): {text}" for text in advice)
 
 
 # --------------------------------------------------------------------------------------
@@ -206,21 +212,50 @@ def expect_same_results(case: Case, result, expected, names, **tolerances) -> No
 
 
 # --------------------------------------------------------------------------------------
+# Dropout, from outputs
+# --------------------------------------------------------------------------------------
+
+
+def expect_dropout_in_training_only(case: Case, seen: dict, hint: str) -> None:
+    """``seen`` (``kernel.measure.in_both_modes``): the outputs in evaluation mode agree under two states of the
+    generator, and those in training mode differ from each other and from evaluation mode; ``hint`` says where
+    dropout belongs."""
+    (first, again), (trained, retrained) = seen["evaluated"], seen["trained"]
+    case.expect_close("a second output in evaluation mode, the generator seeded otherwise (dropout must be off)",
+                      again, first, atol=1e-5, rtol=1e-4)
+    case.expect_tensor("the output in training mode", trained, shape=first.shape, dtype=first.dtype, device=first.device)
+    case.expect_tensor("a second output in training mode", retrained, shape=first.shape, dtype=first.dtype,
+                       device=first.device)
+    case.check(not torch.allclose(trained, first), f"dropout=0.5 changes nothing in training mode: {hint}")
+    case.check(not torch.equal(trained, retrained), "in training mode, two states of the generator give the same "
+                                                    f"output: draw dropout's mask from PyTorch's generator ({hint})")
+
+
+def expect_evaluated_as_reference(case: Case, seen: dict, expected: dict, atol: float = 1e-4) -> None:
+    """The output in evaluation mode equals the reference's on the same call."""
+    case.expect_close("the output in evaluation mode", seen["evaluated"][0], expected["evaluated"][0], atol=atol)
+
+
+# --------------------------------------------------------------------------------------
 # Parts that train a model
 # --------------------------------------------------------------------------------------
 
 
-def expect_trained_in_time(case: Case, outputs: Any, reported: Any, backward_passes: Any, limit: float,
-                           contract: str = "") -> None:
-    """A model came back (``outputs`` of it, not ``None``), trained inside the call (``backward_passes``
-    counted there, more than 0) within ``limit`` seconds of the judge's clock (``case.clock``), with a
-    reported accuracy that is a float in [0, 1]."""
+def expect_trained_in_time(case: Case, outputs: Any, reported: Any, limit: float, contract: str = "") -> None:
+    """A model came back (``outputs`` of it, not ``None``) within ``limit`` seconds of the judge's clock
+    (``case.clock``: at grading the kernel's CPU time, measured from outside), with a reported accuracy that
+    is a float in [0, 1]. That it learned in the call is established by the task: it depends on the seed
+    the judge passes, and the judge measures the accuracy on data it draws."""
     case.check(outputs is not None, "should return a tuple (model, accuracy) whose model is an nn.Module")
-    case.check(isinstance(backward_passes, int) and backward_passes > 0,
-               f"the model was not trained inside {case.part}: no backward pass (loss.backward(), "
-               "torch.autograd.grad) ran during the call. Train the model in the function, on the seed it is "
-               "given; a model trained elsewhere (in another cell, or on another seed) does not count")
     case.check(case.seconds <= limit, f"training took {case.seconds:.0f} s of {case.clock}; it must finish within "
                                       f"{limit:.0f} s of {case.clock} here{contract}")
     case.check(isinstance(reported, float) and 0 <= reported <= 1, f"accuracy should be a float in [0, 1], "
                                                                       f"got {reported!r}")
+
+
+def expect_backward_passes(case: Case, backward_passes: Any) -> None:
+    """Advice: the answer's process saw a backward pass during the call (a sign that the model was trained there,
+    on the seed it was given)."""
+    case.check(isinstance(backward_passes, int) and backward_passes > 0,
+               f"no backward pass (loss.backward(), torch.autograd.grad) was seen during {case.part}: train the "
+               "model in the function, on the task of the seed it is given")

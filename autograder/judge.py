@@ -1,25 +1,24 @@
 """The judge: draws a part's inputs, asks for the answer's results, and decides.
 
 The judge never calls an answer. It hands each call to a *respondent* (``kernel/respond.py``) and
-decides from the :class:`~autograder.protocol.Reply` that comes back, as data: the results
-are compared with the reference's (computed here), inputs changed in place show in the
-inputs sent back, and a probe's findings are judged here. In a student's notebook the
-respondent is :class:`LocalRespondent`, in the same process (the visible checks, instant
-feedback). At grading it is ``grading/kernel_respondent.py``'s, which asks the student's
+decides from the :class:`~autograder.protocol.Reply` that comes back, as data. In a student's
+notebook the respondent is :class:`LocalRespondent`, in the same process (the visible checks,
+instant feedback). At grading it is ``grading/kernel_respondent.py``'s, which asks the student's
 sandboxed kernel and receives bytes: nothing the kernel sends is more than its answer.
 
-For every part the judge:
+A part's points rest only on what the judge establishes itself:
 
-* refuses the autograder's own code, and library attention where the part forbids it;
-* looks at the answer with the part's probes (structure, dropout, memory);
-* calls it on every case, on the CPU and on CUDA when present, and replays each call on
-  PyTorch's ``meta`` device (tensors created on a fixed device fail there even on a
-  machine without a GPU);
-* checks that inputs are left unchanged and compares the results with the expected ones.
+* the answer's results on inputs the judge drew, compared here with the reference's results
+  computed here (each case on the CPU, and on CUDA when present; a deciding probe's call);
+* what is measured from outside the answer's process: the working memory of a call (the
+  kernel's cgroup at grading) and its time (the kernel's CPU time);
+* at grading, the code handed in, read by the grader (``grading/tampering.py``: library
+  attention, and code beyond a static reading).
 
-What only the answer's own process can observe (which library functions it called, the
-largest tensor it created, how a ``meta`` replay failed) is reported by the respondent: a
-kernel that lies about it can hide that one fault, never make a wrong result right.
+What the answer's process reports about itself (the library attention it saw called, its
+inputs after the call, its replay on PyTorch's ``meta`` device, a module's layers, the backward
+passes of a training) is *advice*: :class:`Judged` carries it with a passed part, to help an
+honest student, and it never changes a point.
 """
 
 from __future__ import annotations
@@ -28,15 +27,16 @@ import contextlib
 import functools
 import io
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
 import torch
 
 from . import nested
 from .core import Case, CheckFailed, devices, passed, tensors_in, to_device
+from .kernel.measure import tensor_peak
 from .kernel.respond import names_called, respond
-from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, mistakes_of, reference_of, visible_calls
+from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, mistakes_of, probe_calls, reference_of, visible_calls
 from .protocol import ARGUMENTS, CASES, Reply, Request
 from .text import excerpt
 
@@ -57,12 +57,28 @@ class JudgeFault(Exception):
     """
 
 
+class NeedsALook(Exception):
+    """What a part's points rest on could not be established here (a memory peak no cgroup measures): its
+    points wait for an instructor, who reads the message, never for the answer's word."""
+
+
+@dataclass(frozen=True)
+class Judged:
+    """A part that passed: how many of its calls were judged, and the advice on it (messages that help an
+    honest student, from what the answer's process reported about itself; never a point)."""
+
+    cases: int
+    advice: tuple[str, ...] = ()
+
+
 class Respondent(Protocol):
     """Where an answer lives: :meth:`ask_all` calls it on each request, in order, and returns the replies.
 
     A respondent that can count the answer's own CPU time during :meth:`ask_all` says it by a
     method ``cpu_seconds() -> float | None`` (the kernel's, ``grading/kernel_respondent.py``, and
-    :class:`LocalRespondent`); without it the judge times the call by the wall clock.
+    :class:`LocalRespondent`); without it the judge times the call by the wall clock. One that can
+    measure the working memory of the last :meth:`ask_all` says it by ``peak_bytes() -> int | None``
+    (the kernel's from its cgroup, from outside; :class:`LocalRespondent`'s by the tensors created).
     """
 
     def ask_all(self, requests: list[Request]) -> list[Reply]: ...
@@ -76,17 +92,34 @@ class LocalRespondent:
     Where the references are installed, an earlier part that the answer calls by name is
     answered by its reference; where they are not (a student's install), the student's own
     earlier part is checked first (:meth:`check_earlier`).
+
+    Args:
+        observes_for_the_judge: this process is the judge's own, so what it observes of the answer
+            (library attention called, inputs changed, the ``meta`` replay, a probe's look) decides,
+            as in a student's visible check; ``False`` takes it as a kernel's word, advice only, as
+            at grading (the course's tests of the grading path).
     """
 
-    def __init__(self, declaration: Part | ArgumentCheck, answer: Any):
+    def __init__(self, declaration: Part | ArgumentCheck, answer: Any, observes_for_the_judge: bool = True):
         self.declaration, self.answer = declaration, answer
+        self.observes_for_the_judge = observes_for_the_judge
         self._cpu_seconds: float | None = None
+        self._peak: int | None = None
 
     def ask_all(self, requests: list[Request]) -> list[Reply]:
         before = time.process_time()
-        replies = [respond(self.declaration, self.answer, request, earlier=reference_of) for request in requests]
+        measured = any(request.measured for request in requests)
+        with tensor_peak(*[(r.args, r.kwargs) for r in requests]) if measured else contextlib.nullcontext([None]) as peak:
+            replies = [respond(self.declaration, self.answer, request, earlier=reference_of) for request in requests]
         self._cpu_seconds = (time.process_time() - before) / torch.get_num_threads()
+        self._peak = peak[0]
         return replies
+
+    def peak_bytes(self) -> int | None:
+        """The peak bytes of the tensors created and held at once during the last :meth:`ask_all` of a measured
+        request (this process's own count: a student's visible check, where the answer is the student's own to
+        trust); ``None`` after others."""
+        return self._peak
 
     def cpu_seconds(self) -> float | None:
         """The CPU time this process used during the last :meth:`ask_all`, divided by PyTorch's threads (its wall
@@ -121,13 +154,14 @@ def checks(declaration: Part | ArgumentCheck) -> Callable[[Callable], Callable]:
 
     The decorated function keeps its name and docstring (what a student reads with
     ``help``) and carries ``.declaration``, by which the grader finds what a test cell checks.
+    A pass prints its ✔ line and the advice, if any.
     """
 
     def decorate(function: Callable) -> Callable:
         @functools.wraps(function)
         def check(answer: Any, hidden: bool = False) -> None:
-            count = judge(declaration, LocalRespondent(declaration, answer), hidden=hidden)
-            passed(declaration.name, count, hidden and isinstance(declaration, Part))
+            judged = judge(declaration, LocalRespondent(declaration, answer), hidden=hidden)
+            passed(declaration.name, judged.cases, hidden and isinstance(declaration, Part), judged.advice)
 
         check.declaration = declaration
         return check
@@ -136,41 +170,82 @@ def checks(declaration: Part | ArgumentCheck) -> Callable[[Callable], Callable]:
 
 
 def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: bool = False, key: str | None = None,
-          where: list[torch.device] | None = None) -> int:
+          where: list[torch.device] | None = None) -> Judged:
     """Judge one part (its visible cases, or its hidden ones for the student whose key is ``key``).
 
     Every call of the part (its probes, each case on each device and on ``meta``) is asked
-    for at once, in order, and the replies are judged in that order: the first problem is
-    the one reported, as if the calls had been made one by one.
+    for at once, in order, except a probe whose memory is measured, asked alone after them; the
+    replies are judged in order: the first problem is the one reported, as if the calls had been
+    made one by one.
 
     Args:
         where: the devices the answer runs on (default: the CPU, and CUDA where present).
 
     Returns:
-        the number of calls judged.
+        the calls judged, and the advice on the answer (what its own process reported).
 
     Raises:
         CheckFailed: the first problem found, as a message for the student.
         NotImplementedError: the answer is still the released stub.
-        JudgeFault: the course's own code failed (not the student's fault).
+        NeedsALook: what the points rest on could not be measured here.
+        JudgeFault: the course's own code failed on data of its own making (not the student's fault).
     """
     if isinstance(declaration, ArgumentCheck):
         questions = _argument_questions(declaration)
     else:
         respondent.check_earlier(declaration)
         questions = _questions(declaration, hidden, key, where if where is not None else devices())
+    for question in questions:
+        question.observed_here = getattr(respondent, "observes_for_the_judge", False)
+    together = [question for question in questions if not question.measured]
     started = time.perf_counter()
-    replies = respondent.ask_all([question.request for question in questions])
+    replies = respondent.ask_all([question.request for question in together])
     wall = time.perf_counter() - started  # measured here, around the kernel: for a part of one call, its time
     cpu = respondent.cpu_seconds() if hasattr(respondent, "cpu_seconds") else None  # the kernel's own, where known
     seconds, clock = (wall, "wall-clock time") if cpu is None else (cpu, "CPU time")
-    if len(replies) != len(questions):
-        raise JudgeFault(f"{declaration.name}: {len(replies)} replies to {len(questions)} calls")
-    for question, reply in zip(questions, replies, strict=True):
+    if len(replies) != len(together):
+        raise JudgeFault(f"{declaration.name}: {len(replies)} replies to {len(together)} calls")
+    for question, reply in zip(together, replies, strict=True):
         question.case.seconds, question.case.clock, question.reply = seconds, clock, reply
-    for question, reply in zip(questions, replies, strict=True):
-        question.judge(question, reply)
-    return sum(question.counts for question in questions)
+    for question in questions:
+        if question.measured:
+            _ask_measured(question, respondent)
+    for question in sorted(questions, key=_judging_order):
+        try:
+            question.judge(question, question.reply)
+        except CheckFailed as failure:
+            raise _with_advice(failure, questions) from None
+    return Judged(sum(question.counts for question in questions), _advice_of(questions))
+
+
+def _judging_order(question: "_Question") -> int:
+    """Probes that look at what the answer is (its layers: advice at grading) first, so that a structural slip is
+    told as such; then the cases; then the probes that decide on results or measurements, which a wrong result
+    would fail for a reason less plain than the cases give; the replays on ``meta`` last."""
+    if question.probe is not None:
+        return 2 if question.probe.decides else 0
+    return 1 if question.part is not None else 3
+
+
+def _advice_of(questions: list["_Question"]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(text for question in questions for text in question.advice))
+
+
+def _with_advice(failure: CheckFailed, questions: list["_Question"]) -> CheckFailed:
+    """``failure``, with the advice gathered so far after it (what the answer's process reported may say why)."""
+    advice = _advice_of(questions)
+    if not advice:
+        return failure
+    return type(failure)(str(failure) + "".join(f"\n    advice: {text}" for text in advice))
+
+
+def _ask_measured(question: "_Question", respondent: Respondent) -> None:
+    """Ask ``question`` alone, and keep the working memory its call took, as the respondent measured it."""
+    replies = respondent.ask_all([question.request])
+    if len(replies) != 1:
+        raise JudgeFault(f"{question.case.part}: {len(replies)} replies to 1 call")
+    question.reply = replies[0]
+    question.peak = respondent.peak_bytes() if hasattr(respondent, "peak_bytes") else None
 
 
 @dataclass
@@ -183,23 +258,31 @@ class _Question:
     kept: tuple = ((), {})  # the inputs as sent, whatever the answer does to them
     counts: int = 0  # how many of the part's device runs it is
     probe: Probe | None = None  # a probe's call: the probe
-    part: Part | None = None  # a case on a device: its part, its call, the device
+    part: Part | None = None  # a case on a device, or a probe's call: its part; a case: its call, the device
     call: Call | None = None
     device: torch.device | None = None
     expected_by: Callable | None = None  # the reference adapted, for a hidden case (visible: its call's expected)
     argument: str = ""  # a bad call: the argument it gets wrong
     reply: Reply | None = None  # the reply, once the answer has answered every call
     peers: list["_Question"] | None = None  # a case: every case question of its part (known mistakes are told apart on them)
+    peak: int | None = None  # a measured probe: the working memory its call took, in bytes, where measured
+    advice: list[str] = field(default_factory=list)  # what the answer's process reported, as advice
+    observed_here: bool = False  # the answer's process is the judge's own: what it observes decides
+
+    @property
+    def measured(self) -> bool:
+        """Whether the call's working memory is measured (asked alone, after the others)."""
+        return self.probe is not None and self.probe.memory is not None
 
 
 def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.device]) -> list[_Question]:
     """The part's probes, then each case on each device and on ``meta``. Where the part forbids library
-    attention, the probes watch for it too, so that an answer that delegates is told so rather than
-    failed by a probe for what the library did (its memory, its dropout)."""
-    questions = [_Question(Case(part.name, call.description),
-                           Request(probe.name, call.args, call.kwargs, library=part.forbid_library),
-                           _judge_probe, _copy((call.args, call.kwargs)), probe=probe)
-                 for probe in part.probes for call in probe.calls()]
+    attention, the answer's process watches for it too, as advice."""
+    questions = [_Question(Case(part.name, call.description, call.seed),
+                           Request(probe.name, call.args, call.kwargs, library=part.forbid_library,
+                                   measured=probe.memory is not None),
+                           _judge_probe, _copy((call.args, call.kwargs)), probe=probe, part=part, call=call)
+                 for probe in part.probes for call in probe_calls(part, probe, hidden, key)]
     if hidden:
         calls, reference = hidden_calls(part, key)
         expected_by = part.adapt(reference) if reference is not None and part.compare_with_reference else None
@@ -218,30 +301,59 @@ def _questions(part: Part, hidden: bool, key: str | None, where: list[torch.devi
             questions.append(_Question(Case(part.name, f"{call.description}, on the meta device", call.seed),
                                        Request(CASES, to_device(call.args, "meta"), to_device(call.kwargs, "meta")),
                                        _judge_meta))
-    peers = [question for question in questions if question.part is not None]
+    peers = [question for question in questions if question.part is not None and question.probe is None]
     for question in peers:
         question.peers = peers
     return questions
 
 
 def _judge_case(question: _Question, reply: Reply) -> None:
-    """A case's reply: no library attention where forbidden, the inputs unchanged, the result right."""
+    """A case's reply: the result right (decides); the library attention seen and the inputs after the call,
+    as the answer's process reports them (advice)."""
     case, part, call = question.case, question.part, question.call
-    _expect_no_library_where_watched(question, reply)
     result = answer_of(case, reply)
+    _advise(question, lambda: _expect_own_code(case, reply))
+    _advise(question, lambda: _expect_no_library_where_watched(question, reply))
     args, kwargs = question.kept
-    _expect_inputs_unchanged(case, part, question.kept, reply.after)
+    _advise(question, lambda: _expect_inputs_unchanged(case, part, question.kept, reply.after))
     expected_by = question.expected_by
     expected = expected_by(*args, **kwargs) if expected_by is not None else to_device(call.expected, question.device)
     if expected is not None or part.compare is not None:
         slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
         try:
-            _judged(case, result, expected, part.compare_results, case, result, expected, slack)
+            _judged(case, result, lambda got: part.compare_results(case, got, expected, slack),
+                    None if expected is None else lambda: expected)
         except CheckFailed as failure:
             _name_a_known_mistake(question, result, failure)
             raise
     if part.extra is not None:
-        _judged(case, result, None, part.extra, case, args, kwargs, result)
+        _judged(case, result, lambda got: part.extra(case, args, kwargs, got), None if expected is None else lambda: expected)
+    if part.advise is not None:
+        _advise(question, lambda: part.advise(case, args, kwargs, result))
+
+
+def _advise(question: _Question, check: Callable[[], None]) -> None:
+    """Run a check of what the answer's process observed of itself. Where that process is the judge's own (a
+    student's notebook: :class:`LocalRespondent`), what it observed is the judge's to decide by, and a failure
+    fails; where it is a kernel's, the failure is advice, never a point (a reply it cannot read is its problem
+    too)."""
+    if question.observed_here:
+        check()
+        return
+    try:
+        check()
+    except CheckFailed as problem:
+        question.advice.append(_advice_text(question.case, problem))
+    except Exception as error:  # noqa: BLE001 - what the answer's process reported could not be read: advice
+        question.advice.append(f"{question.case.part}: what its process reported could not be read "
+                               f"({type(error).__name__}: {excerpt(error)})")
+
+
+def _advice_text(case: Case, problem: CheckFailed) -> str:
+    """A failed advisory check as one line: its problem, then the case in brackets."""
+    first, _, rest = str(problem).partition("\n")
+    where = rest.strip()
+    return f"{first} ({where})" if where else first
 
 
 #: What joins a failure's first line to the known mistake the answer's result matches (the class report keeps
@@ -283,12 +395,13 @@ def _matches(question: _Question, result: Any, mistake: Callable) -> bool:
 
 
 def _judge_meta(question: _Question, reply: Reply) -> None:
-    _expect_meta_result(question.case, reply)
+    """The replay on ``meta``, as the answer's process reports it: a tensor made on a fixed device is advice."""
+    _advise(question, lambda: _expect_meta_result(question.case, reply))
 
 
 def answer_of(case: Case, reply: Reply) -> Any:
-    """What the answer returned; fails the case if it raised, was not written, or is the autograder's."""
-    _expect_an_own_answer(case, reply)
+    """What the answer returned; fails the case if it raised or was not written."""
+    _expect_an_answer(case, reply)
     if reply.error:
         case.fail(f"raised {kernel_error(reply.error, hidden=case.hidden)}")
     return reply.result
@@ -304,39 +417,52 @@ def kernel_error(error: str, hidden: bool = False) -> str:
     return f"{kind}: {excerpt(message)}" if message else kind
 
 
-def _expect_an_own_answer(case: Case, reply: Reply) -> None:
-    """The answer exists, is written, and is not the autograder's own."""
+def _expect_an_answer(case: Case, reply: Reply) -> None:
+    """The answer exists and is written (not the released stub)."""
     if reply.missing:
         raise NotDefined(f"{case.part}: {excerpt(reply.missing)}")
-    if reply.module.startswith("autograder"):
-        case.fail(f"is from the autograder package (`{excerpt(reply.module, limit=60)}`); write your own "
-                  "implementation in the notebook")
     if reply.unanswered:
         raise NotImplementedError(f"{case.part}: not answered yet (it still raises NotImplementedError)")
 
 
-#: What a check's code raises on data of a kind it did not expect (a tuple where a tensor was due).
-_MALFORMED = (TypeError, ValueError, AttributeError, LookupError)
+def _expect_own_code(case: Case, reply: Reply) -> None:
+    """Advice: the module the answer's process says the answer comes from is not the autograder's (the grader
+    reads the code handed in for the course's own code where that decides, ``grading/tampering.py``)."""
+    if reply.module.startswith("autograder"):
+        case.fail(f"is from the autograder package (`{excerpt(reply.module, limit=60)}`); write your own "
+                  "implementation in the notebook")
 
 
-def _judged(case: Case, result: Any, expected: Any, assertion: Callable, *args) -> None:
-    """Run a check's ``assertion(*args)`` on a reply's ``result``; ``expected`` is the reference's, if known.
+def _judged(case: Case, result: Any, assertion: Callable[[Any], None], reference: Callable[[], Any] | None) -> None:
+    """Run a check's ``assertion`` on a reply's ``result``; ``reference()`` gives the reference's own result for the
+    same call, where the judge has it.
 
-    A :class:`CheckFailed` is the answer's fault. Another exception is the answer's too when its
-    result is not of the kind the check expects (not that of ``expected``; where there is none,
-    an exception of the kinds that malformed data raises): the case fails, saying so. Anything
-    else is the course's fault (:class:`JudgeFault`), never a student's zero.
+    A :class:`CheckFailed` is the answer's fault. So is any other exception, as the rule of a judge
+    goes: what the student's process sent is the student's data, and a check that cannot read it
+    fails the case, saying so. It is the course's fault (:class:`JudgeFault`) only where the same
+    assertion fails the same way on the reference's result, data of the course's own making.
     """
     try:
-        assertion(*args)
+        assertion(result)
     except (CheckFailed, NotImplementedError):
         raise
-    except Exception as error:
-        malformed = kind_of(result) != kind_of(expected) if expected is not None else isinstance(error, _MALFORMED)
-        if malformed:
-            case.fail(f"returned something that cannot be checked ({type(error).__name__}: {excerpt(error)})")
+    except Exception as error:  # noqa: BLE001 - sorted below: the student's data, or the course's code
+        if reference is not None:
+            _expect_the_check_reads(case, assertion, reference, error)
+        case.fail(f"returned something that cannot be checked ({type(error).__name__}: {excerpt(error)})")
+
+
+def _expect_the_check_reads(case: Case, assertion: Callable[[Any], None], reference: Callable[[], Any],
+                            error: Exception) -> None:
+    """Raise :class:`JudgeFault` if ``assertion`` cannot read the reference's own result either (``error``, raised
+    on the answer's, is then the check's bug); return where it can."""
+    try:
+        assertion(reference())
+    except CheckFailed:
+        return  # it read the reference's result (and told it from this call's expected one)
+    except Exception as fault:  # noqa: BLE001 - the check fails on data of the course's own: its fault
         raise JudgeFault(f"{case.part}: the check's own code failed on {case.inputs}: "
-                         f"{type(error).__name__}: {error} ({where_raised(error)})") from error
+                         f"{type(fault).__name__}: {fault} ({where_raised(fault)})") from error
 
 
 def where_raised(error: BaseException) -> str:
@@ -390,17 +516,17 @@ def _expect_inputs_unchanged(case: Case, part: Part, kept: tuple, after: tuple) 
 
 
 def _expect_no_library_where_watched(question: _Question, reply: Reply) -> None:
-    """Where the question watched for library attention (a case or a probe of a part that forbids it): none
-    was called; an answer that is the autograder's own is told that first."""
+    """Advice, where the question watched for library attention (a case or a probe of a part that forbids it):
+    the answer's process saw none called."""
     if question.request.library:
-        _expect_an_own_answer(question.case, reply)
         _expect_no_library_attention(question.case, reply)
 
 
 def _expect_no_library_attention(case: Case, reply: Reply) -> None:
     case.check(not reply.library, f"calls {sorted(set(reply.library))[0] if reply.library else ''}: the contract asks "
                                   "you to implement this part yourself rather than delegate its core to a library "
-                                  "implementation, so its points are withheld")
+                                  "implementation; at grading the grader reads your code for it and withholds the "
+                                  "points")
 
 
 def _expect_meta_result(case: Case, reply: Reply) -> None:
@@ -426,10 +552,36 @@ def wrong_device_message(detail: Any) -> str:
 
 
 def _judge_probe(question: _Question, reply: Reply) -> None:
-    """A probe's reply: no library attention where forbidden, then the probe's own check."""
-    _expect_no_library_where_watched(question, reply)
-    result = answer_of(question.case, reply)
-    _judged(question.case, result, None, question.probe.check, question.case, *question.kept, result)
+    """A probe's reply: where the probe decides, its check on the result (or on the working memory measured)
+    and the result against the reference's; otherwise its check is advice."""
+    probe, case = question.probe, question.case
+    _advise(question, lambda: _expect_no_library_where_watched(question, reply))
+    if not probe.decides:
+        _advise(question, lambda: probe.check(case, *question.kept, answer_of(case, reply)))
+        return
+    result = answer_of(case, reply)
+    reference = _reference_reply(question)
+    if probe.memory is not None:
+        if question.peak is None:
+            raise NeedsALook(f"{case.part}: its results are right, but the working memory of its '{probe.name}' call "
+                             "could not be measured from outside the kernel on this grading machine (no memory "
+                             "cgroup); read the answer and give the points by hand if it keeps within "
+                             f"{probe.memory / 2**20:.0f} MiB")
+        _judged(case, question.peak, lambda peak: probe.check(case, *question.kept, peak), None)
+    else:
+        _judged(case, result, lambda got: probe.check(case, *question.kept, got), reference)
+    if probe.compare is not None and reference is not None:
+        _judged(case, result, lambda got: probe.compare(case, got, reference()), reference)
+
+
+def _reference_reply(question: _Question) -> Callable[[], Any] | None:
+    """The reference's own reply to a probe's call, computed here once when first asked for; ``None`` where the
+    references are not installed (a student's machine)."""
+    reference = reference_of(question.part)
+    if reference is None:
+        return None
+    args, kwargs = _copy(question.kept)
+    return functools.cache(lambda: question.probe.adapt(reference)(*args, **kwargs))
 
 
 def _argument_questions(check: ArgumentCheck) -> list[_Question]:
@@ -447,8 +599,10 @@ def _shown(kwargs: dict) -> str:
 
 
 def _judge_argument(question: _Question, reply: Reply) -> None:
+    """A bad call's reply: the ``ValueError`` it raised, and the argument its message names (decides)."""
     case, argument = question.case, question.argument
-    _expect_an_own_answer(case, reply)
+    _expect_an_answer(case, reply)
+    _advise(question, lambda: _expect_own_code(case, reply))
     kind, _, message = reply.error.partition(": ")
     if kind == "ValueError":
         case.check(argument in message, f"the ValueError should name `{argument}`; its message was: {excerpt(message)}")
@@ -456,30 +610,3 @@ def _judge_argument(question: _Question, reply: Reply) -> None:
         case.fail(f"should raise ValueError naming `{argument}`, raised {kernel_error(reply.error)}")
     else:
         case.fail(f"should raise ValueError naming `{argument}`, but returned normally")
-
-
-# --------------------------------------------------------------------------------------
-# What a verdict takes on the kernel's word
-# --------------------------------------------------------------------------------------
-
-
-def kernel_reports(declaration: Part | ArgumentCheck) -> list[str]:
-    """What a passing verdict on ``declaration`` takes on the word of the answer's process, in words.
-
-    That is what the course's code in the kernel observes (which library attention was
-    called, the inputs after the call, the ``meta`` replay, a probe's measurements) and what
-    a kernel could make up without computing the answer: replies to inputs that are the same
-    for every student (a probe's, the bad arguments'). A kernel whose course code a submission
-    changed can forge these; results compared with the reference on the judge's inputs it
-    cannot. ``[]`` for a part judged on those results alone.
-    """
-    if isinstance(declaration, ArgumentCheck):
-        return ["the errors it raises on fixed bad arguments"]
-    reports = [f"its '{probe.name}' probe" for probe in declaration.probes]
-    if declaration.forbid_library:
-        reports.append("which library attention it calls")
-    if declaration.arguments:
-        reports.append("whether it changes its inputs in place")
-    if declaration.meta:
-        reports.append("its replay on the meta device (fixed devices)")
-    return reports

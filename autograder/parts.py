@@ -75,24 +75,47 @@ def _identity(answer: Any) -> Callable:
 class Probe:
     """A look at an answer on inputs of the checks' own, judged from what comes back.
 
-    The respondent calls ``adapt(answer)(*call.args, **call.kwargs)`` for each of
-    ``calls()`` and sends back the result as data; the judge calls
-    ``check(case, args, kwargs, result)``, which fails the case with a message. A probe
-    whose ``adapt`` measures what only the answer's own process can see (memory, a
-    generator's use) is an *inside signal*: a kernel that lies about it can hide a fault
-    of that kind, never make a wrong result right.
+    The respondent calls ``adapt(answer)(*call.args, **call.kwargs)`` for each of the
+    probe's calls and sends back the result as data; the judge calls
+    ``check(case, args, kwargs, result)``, which fails the case with a message.
+
+    A probe *decides* points (``decides=True``) only where the grader establishes what it
+    checks itself: results of the answer on inputs the judge drew (``hidden``, from the
+    student's key at grading) compared with what the judge computes (``compare``, against the
+    reference's own reply to the same call), or the working memory of the call measured from
+    outside the answer's process (``memory``). Any other probe is *advice*: a message that
+    helps an honest student, shown with the part's verdict and never changing a point (a
+    module's layers, permutation equivariance, the calls a decoder receives), since what an
+    answer's process reports about itself can be made up by that process.
 
     Attributes:
-        name: what is looked at, e.g. ``"layers and dropout"``; unique within its part.
-        calls: the probe's calls (fixed inputs, the same for every student).
+        name: what is looked at, e.g. ``"layers"``; unique within its part.
+        calls: the probe's calls in a student's visible check (fixed inputs).
         adapt: turns the answer into the function called on each call (in the respondent).
         check: the assertions on one call's result (in the judge).
+        decides: whether a failure costs the part its points (else it is advice).
+        hidden: ``hidden(seed) -> calls`` drawn from the part's hidden seed at grading, so that
+            what a deciding probe is asked cannot be known in advance (``None``: ``calls()``).
+        compare: ``compare(case, result, expected)``: the answer's reply against the
+            reference's reply to the same call, where the references are installed.
+        memory: bytes of working memory the call may take above the answer's process's
+            baseline (``None``: not measured). The call is asked alone; at grading the
+            kernel's cgroup measures its peak from outside.
     """
 
     name: str
     calls: Callable[[], list[Call]]
     adapt: Callable[[Any], Callable]
     check: Callable[[Case, tuple, dict, Any], None]
+    decides: bool = False
+    hidden: Callable[[int], list[Call]] | None = None
+    compare: Callable[[Case, Any, Any], None] | None = None
+    memory: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.hidden is not None or self.compare is not None or self.memory is not None) and not self.decides:
+            raise ValueError(f"{self.name}: inputs drawn at grading, a comparison with the reference or a memory "
+                             "budget are for a probe that decides points (decides=True)")
 
 
 @dataclass
@@ -110,11 +133,17 @@ class Part:
             device and values of every output within ``atol``/``rtol``.
         extra: ``extra(case, args, kwargs, result)``: assertions special to the part,
             made by the judge on every call after the comparison.
+        advise: ``advise(case, args, kwargs, result)``: assertions on what the answer's process
+            reports about itself (a training's backward passes), whose failures are advice.
         probes: the part's :class:`Probe`\\ s, judged before its cases.
         on_devices: call on every device (``False``: on the CPU only, for functions
             whose inputs carry no device).
         meta: replay each call on the ``meta`` device.
-        forbid_library: withhold the points if the answer calls library attention.
+        forbid_library: the part's points are for implementing it, not for delegating it to
+            library attention: at grading the grader reads the code handed in for library
+            attention the answer can reach (``grading/tampering.py``) and withholds the points,
+            or marks the part "needs a look" where the code is beyond a static reading; in the
+            answer's process the calls are watched too, as advice.
         depends_on: ``{global name: what stands in for it}`` for what the answer calls by
             name while it is checked: an earlier graded :class:`Part` (the grading side
             answers such calls with its reference, from outside the student's process; on
@@ -137,6 +166,7 @@ class Part:
     adapt: Callable[[Any], Callable] = _identity
     compare: Callable | None = None
     extra: Callable | None = None
+    advise: Callable | None = None
     probes: tuple[Probe, ...] = ()
     on_devices: bool = True
     meta: bool = True
@@ -204,6 +234,18 @@ def hidden_seed(chapter: str, part: str, key: str | None = None) -> int:
     """
     digest = hashlib.sha256(f"{SEED_KEY if key is None else key}/{chapter}/{part}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def probe_calls(part: Part, probe: Probe, hidden: bool, key: str | None = None) -> list[Call]:
+    """A probe's calls: drawn from the student's key for a hidden check of a probe that has ``hidden``
+    draws (each call's ``seed`` is the probe's), else its fixed ``calls()``."""
+    if not (hidden and probe.hidden is not None):
+        return probe.calls()
+    seed = hidden_seed(part.chapter, f"{part.name}/{probe.name}", key)
+    calls = probe.hidden(seed)
+    for call in calls:
+        call.seed = seed
+    return calls
 
 
 def derived_seeds(seed: int, count: int = 3) -> list[int]:

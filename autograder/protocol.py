@@ -27,13 +27,16 @@ class Request:
     Attributes:
         role: ``"cases"`` (the part's ``adapt``), a probe's name, or ``"arguments"``.
         args, kwargs: the inputs, on the device they are to be used on.
-        library: record calls of library attention during the call.
+        library: record calls of library attention during the call (advice).
+        measured: the call's working memory is measured (it is asked alone); the grader's own
+            flag, never sent to the kernel, whose cgroup it measures from outside.
     """
 
     role: str
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     library: bool = False
+    measured: bool = False
 
 
 @dataclass

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from .. import nested
 from ..core import tensors_in
 
 
@@ -44,6 +45,26 @@ def describe_module(model: Any) -> dict:
     parameters = dict(model.named_parameters())
     return {"is_module": True, "parameters": {n: list(p.shape) for n, p in parameters.items()},
             "trainable": [n for n, p in parameters.items() if p.requires_grad], "layers": layers}
+
+
+# --------------------------------------------------------------------------------------
+# Dropout, seen in outputs: evaluation and training mode under two states of the generator
+# --------------------------------------------------------------------------------------
+
+
+def in_both_modes(module: Any, run: Callable[[Any], Any], seeds: tuple[int, int]) -> dict:
+    """``{"evaluated": [output, output], "trained": [output, output]}``: ``run(module)`` in evaluation mode and
+    in training mode, each once with the global generator seeded with each of ``seeds`` (no gradients; the
+    generator's state is restored after). Dropout shows in outputs: evaluation mode agrees across the seeds,
+    training mode does not (``core.expect_dropout_in_training_only``)."""
+    seen = {"evaluated": [], "trained": []}
+    with torch.no_grad(), torch.random.fork_rng():
+        for mode, training in (("evaluated", False), ("trained", True)):
+            module.train(training)
+            for seed in seeds:
+                torch.manual_seed(seed)
+                seen[mode].append(run(module))
+    return seen
 
 
 # --------------------------------------------------------------------------------------
@@ -143,12 +164,23 @@ def largest_tensor_created(fn: Callable, *args, **kwargs) -> int:
 
 
 def peak_memory(fn: Callable, *args, **kwargs) -> int:
-    """Peak bytes of the tensors that ``fn(*args)`` creates and holds at one time.
+    """Peak bytes of the tensors that ``fn(*args)`` creates and holds at one time (:func:`tensor_peak`)."""
+    with tensor_peak(args, kwargs) as peak:
+        result = fn(*args, **kwargs)
+    del result
+    return peak[0]
+
+
+@contextlib.contextmanager
+def tensor_peak(*inputs: Any) -> Iterator[list[int]]:
+    """Within the block, the peak bytes of the tensors created and held at one time; yields ``[peak]``, set on
+    leaving.
 
     Every storage an operation creates is counted from its creation until its last tensor
-    is freed, so the figure is the working memory of the computation, without its inputs:
-    on the CPU, where PyTorch keeps no allocation statistics, as on any device. (On CUDA,
-    ``torch.cuda.max_memory_allocated`` measures the same thing from the allocator.)
+    is freed, so the figure is the working memory of the computation, without its inputs
+    (the tensors in ``inputs``, and views of them): on the CPU, where PyTorch keeps no
+    allocation statistics, as on any device. It is what the answer's own process counts, for
+    a student's visible check; at grading the kernel's cgroup measures a call from outside.
     """
     import weakref
 
@@ -156,7 +188,7 @@ def peak_memory(fn: Callable, *args, **kwargs) -> int:
 
     live: dict[int, list[int]] = {}  # storage address -> [bytes, tensors alive]
     totals = {"now": 0, "peak": 0}
-    inputs = {t.untyped_storage().data_ptr() for t in tensors_in(list(args) + list(kwargs.values()))}
+    given = {t.untyped_storage().data_ptr() for t in nested.leaves(inputs) if isinstance(t, torch.Tensor)}
 
     def released(address: int) -> None:
         entry = live.get(address)
@@ -171,7 +203,7 @@ def peak_memory(fn: Callable, *args, **kwargs) -> int:
             for t in tensors_in(out):
                 storage = t.untyped_storage()
                 address = storage.data_ptr()
-                if address in inputs or t.device.type == "meta":
+                if address in given or t.device.type == "meta":
                     continue
                 if address not in live:
                     live[address] = [storage.nbytes(), 0]
@@ -181,11 +213,13 @@ def peak_memory(fn: Callable, *args, **kwargs) -> int:
                 weakref.finalize(t, released, address)
             return out
 
-    with warnings.catch_warnings(record=True), Watch():
-        warnings.simplefilter("always")
-        result = fn(*args, **kwargs)
-    del result
-    return totals["peak"]
+    peak = [0]
+    try:
+        with warnings.catch_warnings(record=True), Watch():
+            warnings.simplefilter("always")
+            yield peak
+    finally:
+        peak[0] = totals["peak"]
 
 
 # --------------------------------------------------------------------------------------
