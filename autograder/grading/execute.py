@@ -323,6 +323,21 @@ class KernelSession:
         cgroup = self._cgroup()
         return cgroup.cpu_seconds() if cgroup is not None else None
 
+    def memory_mark(self):
+        """Start measuring the kernel's memory peak from outside (``limits.KernelCgroup.memory_mark``); ``None``
+        where no cgroup can."""
+        cgroup = self._cgroup()
+        return cgroup.memory_mark() if cgroup is not None else None
+
+    def memory_peak(self, mark) -> int | None:
+        """The kernel's memory peak since ``mark`` above its usage then, in bytes; ``None`` where not measured."""
+        cgroup = self._cgroup()
+        if cgroup is None:
+            if mark is not None:
+                mark.close()
+            return None
+        return cgroup.memory_peak(mark)
+
     def _cgroup(self):
         """The current kernel's cgroup (``kernels.KernelCgroup``), or ``None`` (no kernel, or none made here)."""
         return self.client.km.cgroup() if self.client is not None else None

@@ -56,6 +56,10 @@ class AskedKernel(Protocol):
 
     def cpu_seconds(self) -> float | None: ...
 
+    def memory_mark(self): ...
+
+    def memory_peak(self, mark) -> int | None: ...
+
 
 class KernelRespondent(Respondent):
     """The answer named ``answer``, pinned at test cell ``test`` in ``session``'s kernel.
@@ -73,6 +77,7 @@ class KernelRespondent(Respondent):
         # a meta tensor may claim as many elements as a message could carry bytes, no more
         self.limits = wire.Limits(bytes=MESSAGE_BYTES, elements=MESSAGE_BYTES)
         self._cpu_seconds: float | None = None
+        self._peak: int | None = None
 
     def check_earlier(self, declaration: Part) -> None:
         """Nothing: an earlier part the answer calls is answered here, with its reference (:meth:`_oracle`)."""
@@ -94,11 +99,13 @@ class KernelRespondent(Respondent):
         self._replies: list[Reply] | None = None
         code = (f"__import__('autograder.kernel.serve', fromlist=['serve']).serve({self.chapter!r}, "
                 f"{base64.b64encode(message).decode()!r})")
-        before = self.session.cpu_seconds()
+        before, mark = self.session.cpu_seconds(), self.session.memory_mark()
         try:
             self.session.exchange(code, self.deadline, self._answer)
         except Deadline:
             raise TimedOut(f"checking it took longer than the {self.seconds:.0f} s it had") from None
+        finally:
+            self._peak = self.session.memory_peak(mark)
         after = self.session.cpu_seconds()
         self._cpu_seconds = None if before is None or after is None else \
             max(0.0, after - before) / self.session.limits.threads
@@ -112,6 +119,11 @@ class KernelRespondent(Respondent):
         """The CPU time the kernel's cgroup used during the last :meth:`ask_all`, divided by the threads the
         kernel is given (its wall time had it kept them busy); ``None`` where no cgroup counts it."""
         return self._cpu_seconds
+
+    def peak_bytes(self) -> int | None:
+        """The peak of the kernel's memory during the last :meth:`ask_all` above its usage before it, from the
+        kernel's cgroup (its threads, processes and files in memory included); ``None`` where none measures it."""
+        return self._peak
 
     # ---- what the kernel sends
 

@@ -12,7 +12,11 @@ as it starts, before any student code, with these limits:
   scheduler's autogroups give each *session* a share only outside a cgroup).
 
 The cgroup also says how much CPU time the kernel has used (``cpuacct`` in v1, ``cpu.stat``
-in v2): the time limits of training parts are measured on it, from outside.
+in v2): the time limits of training parts are measured on it, from outside. And it says the
+peak of the kernel's memory since a mark (``memory.max_usage_in_bytes`` in v1, restarted by
+writing it; ``memory.peak`` in v2, restarted through an open descriptor since Linux 6.12): the
+working memory of a memory-efficient answer is measured on it, from outside, threads and child
+processes included.
 
 :func:`available` finds where this machine lets the grader make cgroups: cgroup v2 (a
 ``cgroup2`` hierarchy with ``memory`` and ``pids`` in the parent's ``subtree_control``, or,
@@ -203,6 +207,41 @@ class KernelCgroup:
         except (OSError, KeyError, ValueError):
             return None
 
+    def memory_mark(self) -> "MemoryMark | None":
+        """Start measuring the peak of the kernel's memory from now (its processes, threads and files in memory
+        together); ``None`` where this cgroup cannot restart its peak (cgroup v2 before Linux 6.12, or closed)."""
+        if self.closed:
+            return None
+        try:
+            if self.hierarchy.version == 1:
+                (self.memory / "memory.max_usage_in_bytes").write_text("0")  # restarts it at the usage now
+                return MemoryMark(int((self.memory / "memory.usage_in_bytes").read_text()))
+            descriptor = os.open(self.memory / "memory.peak", os.O_RDWR)
+        except (OSError, ValueError):
+            return None
+        try:
+            os.write(descriptor, b"reset")  # restarts the peak read through this descriptor (Linux 6.12)
+            return MemoryMark(int((self.memory / "memory.current").read_text()), descriptor)
+        except (OSError, ValueError):
+            os.close(descriptor)
+            return None
+
+    def memory_peak(self, mark: "MemoryMark | None") -> int | None:
+        """The peak of the kernel's memory since ``mark``, above what it held then, in bytes; ``None`` without a
+        mark, or where the cgroup is gone (the kernel died)."""
+        if mark is None:
+            return None
+        try:
+            if mark.descriptor is None:
+                peak = int((self.memory / "memory.max_usage_in_bytes").read_text())
+            else:
+                peak = int(os.pread(mark.descriptor, 64, 0))
+        except (OSError, ValueError):
+            return None
+        finally:
+            mark.close()
+        return max(0, peak - mark.baseline)
+
     @staticmethod
     def _write(path: Path, value: int, optional: bool = False) -> None:
         if optional and not path.exists():
@@ -247,6 +286,20 @@ class KernelCgroup:
         self.closed = True
         for folder in self.folders:
             _empty_and_remove(folder)
+
+
+@dataclass
+class MemoryMark:
+    """Where a measurement of a kernel's memory peak started: the usage then, in bytes, and (cgroup v2) the open
+    ``memory.peak`` whose reads count from the restart."""
+
+    baseline: int
+    descriptor: int | None = None
+
+    def close(self) -> None:
+        if self.descriptor is not None:
+            os.close(self.descriptor)
+            self.descriptor = None
 
 
 def remove_left_by(pid: int) -> int:
