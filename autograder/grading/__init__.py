@@ -7,8 +7,8 @@ and cleaned), and it writes nothing to the course.
 
 * ``worker.py``: the task a worker runs for one submission;
 * ``notebooks.py`` builds the notebook to grade from the instructor's source and the
-  student's answers; ``tampering.py`` reads the submission's own cells for changes to the
-  course's code;
+  student's answers; ``reading.py`` reads the submission's own cells, as the grader's own
+  source of what an answer calls (library attention) and of code beyond a static reading;
 * ``sandbox.py`` (the sandbox, as data), ``kernels.py`` (a kernel started from the zygote,
   held and ended) and ``limits.py`` (a cgroup per kernel) keep the student's kernel in its
   bounds; ``execute.py`` runs the submission's cells there, within deadlines;

@@ -45,11 +45,13 @@ class InProcessSession:
     """The cells of ``assembled`` run in one namespace here; answers pinned at each test cell.
 
     ``replace``: ``{name: object}`` put in place of the notebook's own right after the cell
-    that defines ``name`` (a wrong answer for the one-bug matrix, say).
+    that defines ``name`` (a wrong answer for the one-bug matrix, say). ``as_kernel``: take what
+    this process observes of an answer as a kernel's word, advice only, as grading does (by
+    default it decides, as in a student's visible check).
     """
 
-    def __init__(self, assembled: Assembled, replace: dict[str, Any] | None = None):
-        self.assembled, self.replace = assembled, replace or {}
+    def __init__(self, assembled: Assembled, replace: dict[str, Any] | None = None, as_kernel: bool = False):
+        self.assembled, self.replace, self.as_kernel = assembled, replace or {}, as_kernel
         self.results = [CellResult(CellStatus.NOT_RUN) for _ in assembled.notebook.cells]
         self.deadline = float("inf")
         self.namespace: dict = {"__name__": "__main__"}
@@ -84,7 +86,8 @@ class InProcessSession:
 
     def respondent(self, declaration, check: str, test: str, answer: str, deadline: float):
         value = self.pinned.get(test, {}).get(answer, ABSENT)
-        return _Missing(answer) if value is ABSENT else LocalRespondent(declaration, value)
+        return _Missing(answer) if value is ABSENT else LocalRespondent(declaration, value,
+                                                                          observes_for_the_judge=not self.as_kernel)
 
 
 def _defined_by(source: str) -> set[str]:
@@ -102,15 +105,16 @@ def _defined_by(source: str) -> set[str]:
 
 
 def grade_in_process(source: nbformat.NotebookNode, submission: nbformat.NotebookNode, chapter, key: str = "in-process",
-                     replace: dict[str, Any] | None = None, seconds: float = 600.0) -> list[PartResult]:
+                     replace: dict[str, Any] | None = None, seconds: float = 600.0,
+                     as_kernel: bool = False) -> list[PartResult]:
     """The grade of every part of ``submission`` (against the instructor's ``source``), judged here.
 
     Args:
         chapter: the checks module, e.g. ``autograder.ch03_masking``.
-        replace: answers put in place of the notebook's own (see :class:`InProcessSession`).
+        replace, as_kernel: see :class:`InProcessSession`.
     """
     assembled = assemble(source, submission)
-    session = InProcessSession(assembled, replace)
+    session = InProcessSession(assembled, replace, as_kernel)
     session.run_cells()
     verdicts = judge_test_cells(session, assembled, chapter, seconds, key, [torch.device("cpu")])
     return [result for result, _ in verdicts.values()]

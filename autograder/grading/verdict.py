@@ -22,8 +22,8 @@ import nbformat
 import torch
 from nbformat import NotebookNode
 
-from ..core import CheckFailed
-from ..judge import JudgeFault, NotDefined, Respondent, judge, kernel_reports, where_raised
+from ..core import CheckFailed, advice_lines
+from ..judge import JudgeFault, NeedsALook, NotDefined, Respondent, judge, where_raised
 from ..text import clean
 from .errors import KernelLost, TimedOut
 from .execute import CellResult, CellStatus, Status, open_session
@@ -37,8 +37,8 @@ from .notebooks import (
     parts_of,
     read_submission,
 )
+from .reading import Finding, Reading, read
 from .sandbox import Limits
-from .tampering import Finding, scan
 
 
 class PartStatus(Status):
@@ -49,10 +49,10 @@ class PartStatus(Status):
     ERROR = "error"  # it could not be checked: not defined, raised, its kernel lost, the notebook unreadable
     TIMEOUT = "timeout"
     MISSING = "missing"  # no notebook submitted
-    NEEDS_A_LOOK = "needs a look"  # points withheld until an instructor looks (:func:`_needs_a_look`)
+    NEEDS_A_LOOK = "needs a look"  # points withheld until an instructor looks (:func:`_read_into`)
 
 
-#: The findings of the tampering scan a message names (then "and N more").
+#: The findings of the reading a message names (then "and N more").
 SHOWN_FINDINGS = 3
 #: The longest message kept for a part (what a student's code raised is part of it).
 MESSAGE_CHARACTERS = 2000
@@ -161,42 +161,49 @@ class Session(Protocol):
 
 def judge_test_cells(session: Session, assembled: Assembled, chapter, seconds: float, key: str,
                      where: list[torch.device]) -> dict[int, tuple[PartResult, str]]:
-    """``{test cell index: (result, the text its cell shows)}``, each part judged within ``seconds``.
-
-    Where the submission's own cells tamper with the course's code, the kernel or PyTorch's
-    private entry points (``tampering.scan``), a part that passed on what the kernel reports
-    needs a look instead (:func:`_needs_a_look`).
-    """
-    findings = scan(assembled)
-    return {index: _needs_a_look(_judge_test_cell(session, assembled, chapter, index, seconds, key, where), findings,
-                                 [getattr(getattr(chapter, call.check, None), "declaration", None)
-                                  for call in assembled.checks.get(index, [])])
+    """``{test cell index: (result, the text its cell shows)}``, each part judged within ``seconds``, then held
+    against the grader's reading of the code handed in (:func:`_read_into`)."""
+    reading = read(assembled)
+    return {index: _read_into(_judge_test_cell(session, assembled, chapter, index, seconds, key, where), reading,
+                              [(call.answer, getattr(getattr(chapter, call.check, None), "declaration", None))
+                               for call in assembled.checks.get(index, [])])
             for index in assembled.test_indices()}
 
 
-def _needs_a_look(judged: tuple[PartResult, str], findings: list[Finding],
-                  declarations: list) -> tuple[PartResult, str]:
-    """``judged``, or where it passed on the kernel's word in a notebook with ``findings``: "needs a look".
+def _read_into(judged: tuple[PartResult, str], reading: Reading, answers: list[tuple[str, object]]
+               ) -> tuple[PartResult, str]:
+    """``judged``, or for a part that forbids library attention and passed on its results: failed where the answer
+    reaches library attention in the code handed in, "needs a look" where that code is beyond a static reading.
 
-    A kernel whose course code the submission changed can forge what it reports (which library
-    attention an answer called, its inputs after the call, the ``meta`` replay, a probe's reply):
-    such a part's points are withheld, and the message says what was found, where, and what the
-    verdict took on the kernel's word (``judge.kernel_reports``). A failed part, or one judged on
-    its results alone, keeps its grade: tampering cannot make a wrong result right.
+    The points of such a part are for implementing attention: the grader reads the code itself
+    (``reading.py``), since what the kernel says it called could be made up. A part that failed,
+    or that does not forbid library attention, keeps its grade.
     """
     result, _ = judged
-    reports = list(dict.fromkeys(report for declaration in declarations if declaration is not None
-                                 for report in kernel_reports(declaration)))
-    if result.status is not PartStatus.PASSED or not findings or not reports:
+    forbidding = [(answer, declaration) for answer, declaration in answers
+                  if getattr(declaration, "forbid_library", False)]
+    if result.status is not PartStatus.PASSED or not forbidding:
         return judged
+    found = [finding for answer, declaration in forbidding
+             for finding in reading.library(answer, skip=declaration.depends_on)]
+    if found:
+        text = _shown(f"{result.part.removeprefix('test_')}: {found[0].what} ({_listed(found)}): the contract asks you "
+                      "to implement this part yourself rather than delegate its core to a library implementation, "
+                      "so its points are withheld")
+        return PartResult(result.part, 0.0, result.max_score, PartStatus.FAILED, text, result.seconds), text
+    if not reading.unsure:
+        return judged
+    text = _shown(f"needs a look (points withheld until an instructor looks): its results are right, but the "
+                  f"notebook's own cells hold code that a reading cannot see past ({_listed(reading.unsure)}), so the "
+                  "grader cannot tell whether the answer delegates to library attention. Read those cells; if the "
+                  "answer is the student's own, give the points by hand in the formgrader")
+    return PartResult(result.part, 0.0, result.max_score, PartStatus.NEEDS_A_LOOK, text, result.seconds), text
+
+
+def _listed(findings: list[Finding]) -> str:
+    """The first :data:`SHOWN_FINDINGS` findings, then how many more."""
     more = len(findings) - SHOWN_FINDINGS
-    found = "; ".join(str(finding) for finding in findings[:SHOWN_FINDINGS]) + (f"; and {more} more" if more > 0 else "")
-    text = (f"needs a look (points withheld until an instructor looks): its results are right, but the notebook's "
-            f"own cells tamper with the course's code in the kernel, the kernel or PyTorch's private entry points "
-            f"({found}), so what the kernel reported about this part may be forged: {', '.join(reports)}. Read those "
-            "cells; if they are harmless, give the points by hand in the formgrader")
-    text = _shown(text)
-    return PartResult(result.part, 0.0, result.max_score, PartStatus.NEEDS_A_LOOK, text), text
+    return "; ".join(str(finding) for finding in findings[:SHOWN_FINDINGS]) + (f"; and {more} more" if more > 0 else "")
 
 
 def _shown(text: str) -> str:
@@ -227,7 +234,7 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
     if not calls:
         return verdict(PartStatus.ERROR, "this test cell calls no check of the course (`checks.check_…(answer)`)")
     deadline = min(time.monotonic() + seconds, session.deadline)
-    lines = []
+    lines, advice = [], []
     for call in calls:
         if time.monotonic() >= session.deadline:
             return verdict(PartStatus.TIMEOUT, "not checked: the notebook's time limit was reached")
@@ -239,7 +246,7 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
         respondent = session.respondent(declaration, call.check, assembled.test_id(index), call.answer, deadline)
         try:
             try:
-                count = judge(declaration, respondent, hidden=call.hidden, key=key, where=where)
+                judged = judge(declaration, respondent, hidden=call.hidden, key=key, where=where)
             finally:
                 _add_time(spent, respondent)
         except NotDefined as missing:
@@ -248,6 +255,8 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
             return verdict(PartStatus.FAILED, str(failure) + _context(session.results, start, index))
         except NotImplementedError:
             return verdict(PartStatus.FAILED, "not answered (the cell still raises NotImplementedError)")
+        except NeedsALook as look:
+            return verdict(PartStatus.NEEDS_A_LOOK, f"needs a look (points withheld until an instructor looks): {look}")
         except TimedOut as timeout:
             session.recover()
             return verdict(PartStatus.TIMEOUT, str(timeout))
@@ -261,9 +270,11 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
             raise JudgeFault(f"{part.grade_id}: the grader failed while judging it: {type(error).__name__}: "
                              f"{error} ({where_raised(error)})") from error
         kind = "hidden" if call.hidden else "visible"
-        lines.append(f"{count} {kind} case{'s' if count != 1 else ''}")
+        lines.append(f"{judged.cases} {kind} case{'s' if judged.cases != 1 else ''}")
+        advice += judged.advice
     devices = " and ".join(device.type for device in where)
-    return verdict(PartStatus.PASSED, f"✔ {part.grade_id.removeprefix('test_')}: passed {' and '.join(lines)} on {devices}")
+    return verdict(PartStatus.PASSED, f"✔ {part.grade_id.removeprefix('test_')}: passed {' and '.join(lines)} on "
+                                      f"{devices}{advice_lines(tuple(dict.fromkeys(advice)))}")
 
 
 def _add_time(spent: list[float], respondent) -> None:

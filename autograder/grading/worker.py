@@ -23,9 +23,9 @@ from pathlib import Path
 import nbformat
 
 from .. import __version__
+from .reading import read_source
 from .sandbox import Limits, check_bubblewrap
 from .sandbox import policy as sandbox_policy
-from .tampering import scan_source
 from .verdict import PartStatus, all_parts, grade_submission
 
 log = logging.getLogger("autograder.grading")
@@ -74,13 +74,13 @@ def grade_task(source_json: str, notebook_name: str, submission: bytes | Oversiz
 def warm_up() -> None:
     """Do once, in the process that forks the workers, the first-use work each fork would otherwise repeat.
 
-    The tampering scan imports IPython's input transformer on its first cell (a tenth of a
+    The reading of the code handed in imports IPython's input transformer on its first cell (a tenth of a
     second), and jupyter_client reads every installed package's entry points for its
     kernel provisioners on its first kernel. Both hold nothing of a submission.
     """
     from jupyter_client.provisioning import KernelProvisionerFactory
 
-    scan_source("pass")
+    read_source("pass")
     KernelProvisionerFactory.instance()
 
 
