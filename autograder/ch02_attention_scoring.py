@@ -9,11 +9,12 @@ an answer, so ``attention`` is never graded through the student's own scores).
 
 from __future__ import annotations
 
+import random
+
 import torch
 
 from .core import Case
 from .judge import checks
-from .kernel.measure import largest_tensor_created
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch02_attention_scoring"
@@ -71,28 +72,42 @@ def check_bilinear_scores_arguments(fn, hidden: bool = False) -> None:
     """A ``W`` that is not ``(dq, dk)`` raises ``ValueError``."""
 
 
-#: Wide inputs and a narrow hidden layer for the memory probe: q = k = 16, d = 512, h = 2.
-_Q, _K, _D, _H = 16, 16, 512, 2
+#: Wide inputs and a narrow hidden layer for the memory probe: q = k = 256, d = 1024, h = 4. Broadcasting the
+#: queries against the keys before projecting them makes a (q, k, d) tensor of 256 MiB; projecting first, the
+#: (q, k, h) features take 1 MiB.
+_Q, _K, _D, _H = 256, 256, 1024, 4
+#: The working memory the probe's call may take above what the process held before it: eight times less than the
+#: (q, k, d) tensor, room for the features, the inputs' copies and the request itself (measured at grading from
+#: outside the kernel, by its cgroup).
+ADDITIVE_MEMORY_BYTES = 32 * 2**20
 
 
-def _wide_inputs() -> list[Call]:
-    g = torch.Generator().manual_seed(0)
-    args = tuple(torch.randn(*shape, generator=g) for shape in ((_Q, _D), (_K, _D), (_D, _H), (_D, _H), (_H,)))
+def _wide_inputs(seed: int) -> list[Call]:
+    g = torch.Generator().manual_seed(seed)
+    args = tuple(torch.randn(*shape, generator=g) / shape[0] ** 0.5
+                 for shape in ((_Q, _D), (_K, _D), (_D, _H), (_D, _H), (_H,)))
     return [Call(f"queries ({_Q}, {_D}), keys ({_K}, {_D}), hidden size h = {_H}", args)]
 
 
-def _expect_small_memory(case: Case, args, kwargs, largest) -> None:
-    """No tensor may be much larger than ``q·k·h``."""
-    budget = max(_Q * _K * _H, _Q * _D, _K * _D)  # the hidden features, or an input-sized copy
+def _expect_small_memory(case: Case, args, kwargs, peak) -> None:
+    """The call's working memory stays far below the ``(q, k, d)`` broadcast."""
+    mib = 2**20
     case.check(
-        int(largest) <= budget,
-        f"creates a tensor of {largest} elements; with q = k = {_Q}, d = {_D} and h = {_H} it needs at most "
-        f"q·k·h = {_Q * _K * _H} (project queries and keys to h features first, then broadcast)",
+        int(peak) <= ADDITIVE_MEMORY_BYTES,
+        f"took {peak / mib:.0f} MiB of working memory; it may take {ADDITIVE_MEMORY_BYTES / mib:.0f} MiB. With "
+        f"q = k = {_Q}, d = {_D} and h = {_H}, the (q, k, h) features take {_Q * _K * _H * 4 / mib:.0f} MiB and a "
+        f"(q, k, d) broadcast {_Q * _K * _D * 4 / mib:.0f} MiB: project queries and keys to h features first, then "
+        "broadcast",
     )
 
 
-SMALL_MEMORY = Probe("memory", _wide_inputs, lambda fn: lambda *args: largest_tensor_created(fn, *args),
-                     _expect_small_memory)
+def _same_scores(case: Case, result, expected) -> None:
+    case.expect_close("the scores", result, expected, atol=1e-4, rtol=1e-4)
+
+
+#: Memory, measured from outside the answer's process at grading, on the judge's inputs; the scores must be right.
+SMALL_MEMORY = Probe("memory", lambda: _wide_inputs(0), lambda fn: fn, _expect_small_memory, decides=True,
+                     hidden=_wide_inputs, compare=_same_scores, memory=ADDITIVE_MEMORY_BYTES)
 ADDITIVE = Part("additive_scores", CHAPTER, arguments=("queries", "keys", "W_q", "W_k", "w_v"), probes=(SMALL_MEMORY,))
 
 
@@ -177,8 +192,16 @@ def _statistics_only(case: Case, result, expected) -> None:
     """Samples drawn in another order give other variances: ``_expect_variances`` judges them."""
 
 
+def _generator_calls(seed: int) -> list[Call]:
+    """Two generator seeds ``a`` and ``b`` drawn from ``seed``: the answer is run with ``a``, ``a`` and ``b``."""
+    a, b = random.Random(seed).sample(range(2**31), 2)
+    return [Call(f"d = 4, num_samples = 1000, generator seeds {a}, {a} and {b}", (4, 1000, (a, a, b)))]
+
+
+#: ``generator`` used, from the results on seeds the judge draws: decides.
 GENERATOR_USED = Probe("generator", lambda: [Call("d = 4, num_samples = 1000, generator seeds 5, 5 and 6",
-                                                  (4, 1000, (5, 5, 6)))], _seeded_three_times, _expect_generator_used)
+                                                  (4, 1000, (5, 5, 6)))], _seeded_three_times, _expect_generator_used,
+                       decides=True, hidden=_generator_calls)
 VARIANCE = Part("dot_product_variance", CHAPTER, adapt=_seeded, compare=_statistics_only, extra=_expect_variances,
                 probes=(GENERATOR_USED,), on_devices=False, meta=False, compare_with_reference=False)
 

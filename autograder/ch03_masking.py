@@ -61,7 +61,7 @@ def _default_device_probe(*sizes: int) -> Probe:
         case.expect_tensor("the mask", mask, shape=sizes[:2], dtype=torch.bool, device="cpu")
 
     call = Call(f"({', '.join(map(str, sizes))}) without a device", sizes)
-    return Probe("default device", lambda: [call], lambda fn: fn, expect)
+    return Probe("default device", lambda: [call], lambda fn: fn, expect, decides=True)
 
 
 CAUSAL = Part("causal_mask", CHAPTER, compare=_compare_masks, probes=(_default_device_probe(2, 3),))

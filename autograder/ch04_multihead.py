@@ -13,9 +13,9 @@ import torch
 from torch import nn
 
 from .ch03_masking import _compare_masks, _expect_pytorchs_output_and_empty_rows
-from .core import Case
+from .core import Case, expect_dropout_in_training_only, expect_evaluated_as_reference
 from .judge import checks
-from .kernel.measure import describe_module
+from .kernel.measure import describe_module, in_both_modes
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch04_multihead"
@@ -186,60 +186,64 @@ def _expect_pytorch_module_output(case: Case, args, kwargs, result) -> None:
                       output * defined, expected.nan_to_num(0) * defined)
 
 
-def _structure_inputs() -> list[Call]:
-    g = torch.Generator().manual_seed(5)
-    weights = {name: torch.randn(16, 16, generator=g) / 4 for name in PROJECTIONS}
-    x = torch.randn(2, 12, 16, generator=g)
-    values = torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(6))
-    return [Call("MultiHeadAttention(16, 4, dropout=0.5)", (weights, x, values))]
+def _layers_of(cls):
+    """``() -> {bias: layers}`` of ``MultiHeadAttention(16, 4, dropout=0.5, bias=bias)`` for both biases."""
+    return lambda: {f"bias={bias}": describe_module(cls(16, 4, dropout=0.5, bias=bias)) for bias in (False, True)}
 
 
-def _structure_and_dropout(cls):
-    """``(weights, x, x2) -> {layers with and without bias, outputs in evaluation and training mode}``.
-
-    Built with dropout 0.5 and with 0, the case's weights loaded: two outputs in evaluation
-    mode, one with dropout 0, one in training mode; then, with identity projections and
-    every value row equal to ones, one output in training mode (see
-    :func:`_expect_dropout_on_the_weights`).
-    """
-
-    def look(weights, x, x2):
-        layers = {f"bias={bias}": describe_module(cls(16, 4, dropout=0.5, bias=bias)) for bias in (False, True)}
-        model, plain = cls(16, 4, dropout=0.5), cls(16, 4, dropout=0.0)
-        _load(model, weights)
-        _load(plain, weights)
-        model.eval()
-        plain.eval()
-        with torch.no_grad():
-            evaluated, again, without = model(x, x, x), model(x, x, x), plain(x, x, x)
-            model.train()
-            trained = model(x, x, x)
-            identity = cls(16, 4, dropout=0.5)
-            _load(identity, {name: torch.eye(16) for name in PROJECTIONS})
-            identity.train()
-            ones = identity(x2, x2, torch.ones(2, 12, 16))
-        return {"layers": layers, "evaluated": evaluated, "again": again, "without": without, "trained": trained,
-                "ones": ones}
-
-    return look
-
-
-def _expect_structure_and_dropout(case: Case, args, kwargs, seen) -> None:
-    """Four ``nn.Linear(num_hiddens, num_hiddens)`` layers, bias as asked; dropout in training mode only,
-    on the attention weights."""
+def _expect_four_projections(case: Case, args, kwargs, layers) -> None:
+    """Four ``nn.Linear(num_hiddens, num_hiddens)`` layers, bias as asked."""
     for bias in (False, True):
-        model = seen["layers"][f"bias={bias}"]
+        model = layers[f"bias={bias}"]
         case.check(model["is_module"], "should be a subclass of torch.nn.Module")
         for name in PROJECTIONS:
             layer = model["layers"].get(name, {})
             case.check(layer.get("type") == "Linear" and (layer.get("in"), layer.get("out")) == (16, 16),
                        f"`{name}` should be nn.Linear(num_hiddens, num_hiddens), found {layer.get('type', 'nothing')}")
             case.check(layer.get("bias") == bias, f"`{name}` should {'' if bias else 'not '}have a bias when bias={bias}")
-    case.expect_close("the output in evaluation mode (dropout must be off)", seen["evaluated"], seen["without"])
-    case.expect_close("a second output in evaluation mode", seen["again"], seen["evaluated"])
-    case.check(not torch.allclose(seen["trained"], seen["evaluated"]), "dropout=0.5 changes nothing in training mode: "
-                                                                      "drop attention weights with nn.Dropout "
-                                                                      "(self.training decides)")
+
+
+#: The module's layers, as its process describes them: advice (the cases load their weights by these names).
+LAYERS = Probe("layers", lambda: [Call("MultiHeadAttention(16, 4, dropout=0.5), with and without bias")], _layers_of,
+               _expect_four_projections)
+
+
+def _dropout_inputs(seed: int) -> list[Call]:
+    """Weights, inputs, and two seeds of the generator, drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    weights = {name: torch.randn(16, 16, generator=g) / 4 for name in PROJECTIONS}
+    x, x2 = torch.randn(2, 12, 16, generator=g), torch.randn(2, 12, 16, generator=g)
+    seeds = tuple(torch.randint(0, 2**31, (2,), generator=g).tolist())
+    return [Call(f"MultiHeadAttention(16, 4, dropout=0.5), inputs (2, 12, 16), generator seeds {seeds[0]} and "
+                 f"{seeds[1]}", (weights, x, x2, seeds))]
+
+
+def _dropout_of(cls):
+    """``(weights, x, x2, seeds) -> {outputs in evaluation and training mode under both seeds, ones}``.
+
+    Built with dropout 0.5, the call's weights loaded, run as self-attention on ``x``
+    (``kernel.measure.in_both_modes``); then, with identity projections and every value row
+    equal to ones, one output in training mode (see :func:`_expect_dropout_on_the_weights`).
+    """
+
+    def look(weights, x, x2, seeds):
+        model = cls(16, 4, dropout=0.5)
+        _load(model, weights)
+        seen = in_both_modes(model, lambda m: m(x, x, x), seeds)
+        identity = cls(16, 4, dropout=0.5)
+        _load(identity, {name: torch.eye(16) for name in PROJECTIONS})
+        identity.train()
+        with torch.no_grad(), torch.random.fork_rng():
+            torch.manual_seed(seeds[0])
+            seen["ones"] = identity(x2, x2, torch.ones(2, 12, 16))
+        return seen
+
+    return look
+
+
+def _expect_dropout(case: Case, args, kwargs, seen) -> None:
+    """Dropout in training mode only, on the attention weights."""
+    expect_dropout_in_training_only(case, seen, "drop attention weights with nn.Dropout (self.training decides)")
     _expect_dropout_on_the_weights(case, seen["ones"])
 
 
@@ -251,16 +255,20 @@ def _expect_dropout_on_the_weights(case: Case, output: torch.Tensor) -> None:
     features of one head are equal whatever dropout drops from the weights. Dropout on the
     output zeroes single features instead.
     """
+    case.expect_tensor("the output in training mode", output, shape=(2, 12, 16), dtype=torch.float32, device="cpu")
     per_head = output.reshape(2, 12, 4, 4)  # (batch, q, heads·d) -> (batch, q, heads, d)
     case.check(torch.allclose(per_head, per_head[..., :1].expand_as(per_head)),
                "in training mode, dropout acts on the output, not on the attention weights: apply nn.Dropout to the "
                "weights before they multiply the values")
 
 
-STRUCTURE = Probe("layers and dropout", _structure_inputs, _structure_and_dropout, _expect_structure_and_dropout)
+#: Dropout, from outputs on the judge's weights and inputs: decides.
+DROPOUT = Probe("dropout", lambda: _dropout_inputs(5), _dropout_of, _expect_dropout, decides=True,
+                hidden=_dropout_inputs, compare=lambda case, seen, expected: expect_evaluated_as_reference(
+                    case, seen, expected))
 MODULE = Part("MultiHeadAttention", CHAPTER, arguments=("queries", "keys", "values", "mask"),
               outputs=("output", "attention_weights"), adapt=_forward_with_weights, extra=_expect_pytorch_module_output,
-              probes=(STRUCTURE,), forbid_library=True, depends_on={"split_heads": SPLIT, "merge_heads": MERGE})
+              probes=(LAYERS, DROPOUT), forbid_library=True, depends_on={"split_heads": SPLIT, "merge_heads": MERGE})
 
 
 @checks(MODULE)

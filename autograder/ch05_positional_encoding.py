@@ -16,9 +16,9 @@ import math
 import torch
 from torch import nn
 
-from .core import Case
+from .core import Case, expect_dropout_in_training_only, expect_evaluated_as_reference
 from .judge import checks
-from .kernel.measure import describe_module
+from .kernel.measure import in_both_modes
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch05_positional_encoding"
@@ -51,34 +51,42 @@ def _adding_module(cls):
     return add
 
 
-def _in_both_modes(cls):
-    """``(X) -> {module?, evaluation, dropout 0, training}``: PositionalEncoding(16, 0.5, max_len=50) on ``X``."""
+def _dropout_inputs(seed: int) -> list[Call]:
+    """Inputs ``(2, 20, 16)`` and two seeds of the generator, drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    X = torch.randn(2, 20, 16, generator=g)
+    seeds = tuple(torch.randint(0, 2**31, (2,), generator=g).tolist())
+    return [Call(f"PositionalEncoding(16, dropout=0.5, max_len=50) on X (2, 20, 16), generator seeds {seeds[0]} and "
+                 f"{seeds[1]}", (X, seeds))]
 
-    def look(X):
+
+def _dropout_of(cls):
+    """``(X, seeds) -> {module?, outputs in evaluation and training mode under both seeds, with dropout 0}``:
+    ``PositionalEncoding(16, 0.5, max_len=50)`` on ``X`` (``kernel.measure.in_both_modes``)."""
+
+    def look(X, seeds):
         module = cls(16, 0.5, max_len=50)
-        described = describe_module(module)
-        module.eval()
-        evaluated = module(X)
-        plain = cls(16, 0.0, max_len=50).eval()(X)
-        module.train()
-        return {"is_module": described["is_module"], "evaluated": evaluated, "plain": plain, "trained": module(X)}
+        seen = in_both_modes(module, lambda m: m(X), seeds)
+        with torch.no_grad():
+            seen["plain"] = cls(16, 0.0, max_len=50).eval()(X)
+        return seen
 
     return look
 
 
 def _expect_dropout_in_training_only(case: Case, args, kwargs, seen) -> None:
-    case.check(seen["is_module"], "should be a subclass of torch.nn.Module")
-    evaluated, plain, trained = seen["evaluated"], seen["plain"], seen["trained"]
-    case.expect_close("the output in evaluation mode (dropout must be off)", evaluated, plain, atol=5e-4)
-    dropped = (trained == 0) & (plain != 0)
-    case.check(bool(dropped.any()), "dropout=0.5 drops nothing in training mode: apply nn.Dropout after adding the table")
-    kept = ~dropped & (plain != 0)
+    """Dropout after adding the table, in training mode only: each entry of ``X + P`` dropped or scaled by 2."""
+    expect_dropout_in_training_only(case, seen, "apply nn.Dropout after adding the table")
+    plain, trained = seen["plain"], seen["trained"][0]
+    case.expect_close("the output in evaluation mode (dropout must be off)", seen["evaluated"][0], plain, atol=5e-4)
+    kept = trained != 0
     case.expect_close("the kept entries in training mode (scaled by 1 / (1 - p))", trained[kept], 2 * plain[kept],
                       atol=1e-3)
 
 
-DROPOUT = Probe("dropout", lambda: [Call("PositionalEncoding(16, dropout=0.5, max_len=50) on zeros (2, 20, 16)",
-                                         (torch.zeros(2, 20, 16),))], _in_both_modes, _expect_dropout_in_training_only)
+DROPOUT = Probe("dropout", lambda: _dropout_inputs(3), _dropout_of, _expect_dropout_in_training_only, decides=True,
+                hidden=_dropout_inputs, compare=lambda case, seen, expected: expect_evaluated_as_reference(
+                    case, seen, expected, atol=5e-4))
 MODULE = Part("PositionalEncoding", CHAPTER, arguments=("X",), adapt=_adding_module, atol=5e-4, probes=(DROPOUT,),
               forbid_library=True, depends_on={"sinusoidal_encoding": TABLE})
 
@@ -229,7 +237,8 @@ def _with_table(cls):
 
 def _trainable_table(cls):
     """``(X) -> {module?, the embedding's size, whether its table is a trainable parameter, its gradient}``:
-    ``LearnedPositionalEmbedding(12, 4)`` on ``X``, the gradient that ``output.sum()`` sends to the table."""
+    ``LearnedPositionalEmbedding(12, 4)`` on ``X (batch, n, 4)``, the gradient that ``output.sum()`` sends to the
+    table."""
 
     def look(X):
         module = cls(12, 4)
@@ -246,17 +255,27 @@ def _trainable_table(cls):
 
 
 def _expect_trainable_embedding(case: Case, args, kwargs, seen) -> None:
+    """The gradient of ``output.sum()`` reaches rows ``0 … n-1`` of a ``(12, 4)`` table, ``batch`` each."""
+    batch, n, _ = args[0].shape
     case.check(seen["is_module"], "should be a subclass of torch.nn.Module")
     case.check(seen["size"] == (12, 4), "should hold an nn.Embedding(max_len, num_hiddens) = nn.Embedding(12, 4)")
     case.check(seen["trainable"], "the embedding's table should be a trainable parameter of the module")
     gradient = seen["gradient"]
-    case.check(bool((gradient[:5] == 2).all() and (gradient[5:] == 0).all()),
+    case.expect_tensor("the table's gradient", gradient, shape=(12, 4), dtype=torch.float32, device="cpu")
+    case.check(bool((gradient[:n] == batch).all() and (gradient[n:] == 0).all()),
                "the gradient should reach rows 0 … n-1 of the table (once per sequence) and no other row")
+
+
+def _embedding_inputs(seed: int) -> list[Call]:
+    """Zeros ``(batch, n, 4)`` of a batch and a length drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    batch, n = (int(v) for v in (torch.randint(1, 5, (), generator=g), torch.randint(1, 13, (), generator=g)))
+    return [Call(f"LearnedPositionalEmbedding(12, 4) on zeros ({batch}, {n}, 4)", (torch.zeros(batch, n, 4),))]
 
 
 TRAINABLE = Probe("trainable table", lambda: [Call("LearnedPositionalEmbedding(12, 4) on zeros (2, 5, 4)",
                                                    (torch.zeros(2, 5, 4),))], _trainable_table,
-                  _expect_trainable_embedding)
+                  _expect_trainable_embedding, decides=True, hidden=_embedding_inputs)
 LEARNED = Part("LearnedPositionalEmbedding", CHAPTER, arguments=("X",), adapt=_with_table, probes=(TRAINABLE,))
 
 

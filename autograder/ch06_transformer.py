@@ -16,9 +16,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import Case, attention_rounding, expect_trained_in_time
+from .core import (
+    Case,
+    attention_rounding,
+    expect_backward_passes,
+    expect_dropout_in_training_only,
+    expect_evaluated_as_reference,
+    expect_trained_in_time,
+)
 from .judge import checks
-from .kernel.measure import describe_module, largest_tensor_created, trained_once
+from .kernel.measure import describe_module, in_both_modes, trained_once
 from .parts import ArgumentCheck, Call, Part, Probe
 
 CHAPTER = "ch06_transformer"
@@ -37,15 +44,38 @@ REQUIRED_ACCURACY = 0.95
 # --------------------------------------------------------------------------------------
 
 
-def make_sorting_batch(batch_size: int, generator: torch.Generator | None = None):
+def sorting_order(seed: int) -> torch.Tensor:
+    """The order of the digits in the sorting task of ``seed``: ``(VOCABULARY,)`` int64, the digits from the one
+    that sorts first to the one that sorts last, drawn from ``seed``.
+
+    The exercise's ``train_sorting_transformer(seed)`` learns the task of its seed, so that what
+    it must learn is known only when the grader calls it.
+    """
+    return torch.randperm(VOCABULARY, generator=torch.Generator().manual_seed(seed))
+
+
+def sort_digits(digits: torch.Tensor, order: torch.Tensor | None = None) -> torch.Tensor:
+    """``digits (..., n)`` sorted by ``order`` (:func:`sorting_order`; ``None``: ascending), same shape."""
+    if order is None:
+        return digits.sort(dim=-1).values
+    order = order.to(digits.device)
+    rank = torch.empty_like(order)
+    rank[order] = torch.arange(len(order), device=digits.device)  # rank[d]: where digit d comes in the order
+    return order[rank[digits].sort(dim=-1).values]  # sort the ranks, then read each rank's digit
+
+
+def make_sorting_batch(batch_size: int, generator: torch.Generator | None = None, order: torch.Tensor | None = None):
     """A batch of the sorting task (book, chapter 6).
+
+    Args:
+        order: the order to sort by (:func:`sorting_order`); ``None``: ascending.
 
     Returns:
         ``(digits, targets)``, both ``(batch_size, SEQUENCE_LENGTH)`` int64: random digits,
-        and the same digits sorted in ascending order.
+        and the same digits sorted.
     """
     digits = torch.randint(0, VOCABULARY, (batch_size, SEQUENCE_LENGTH), generator=generator)
-    return digits, digits.sort(dim=-1).values
+    return digits, sort_digits(digits, order)
 
 
 @torch.no_grad()
@@ -144,40 +174,65 @@ def _block_run(cls):
     return forward
 
 
-def _block_in_both_modes(cls):
-    """``(X) -> {layers, two outputs in evaluation mode, one in training mode}`` of
-    ``TransformerEncoderBlock(16, 32, 4, dropout=0.5)`` on ``X``."""
+def block_state(g: torch.Generator, num_hiddens: int, ffn: int, use_bias: bool) -> dict[str, torch.Tensor]:
+    """Random weights for every parameter of the block, by the names of its state dict, drawn with ``g``."""
+    def draw(*shape, scale=1.0):
+        return torch.randn(*shape, generator=g) * scale
 
-    def look(X):
-        block = cls(16, 32, 4, 0.5)
-        seen = {"layers": describe_module(block)}
-        block.eval()
-        with torch.no_grad():
-            seen["first"], seen["second"] = block(X, None), block(X, None)
-            block.train()
-            seen["trained"] = block(X, None)
-        return seen
-
-    return look
+    state = {f"attention.{name}.weight": draw(num_hiddens, num_hiddens, scale=num_hiddens**-0.5)
+             for name in ("W_q", "W_k", "W_v", "W_o")}
+    if use_bias:
+        state |= {f"attention.{name}.bias": draw(num_hiddens, scale=0.1) for name in ("W_q", "W_k", "W_v", "W_o")}
+    state |= {"norm1.weight": 1 + draw(num_hiddens, scale=0.1), "norm1.bias": draw(num_hiddens, scale=0.1),
+              "ffn.0.weight": draw(ffn, num_hiddens, scale=num_hiddens**-0.5), "ffn.0.bias": draw(ffn, scale=0.1),
+              "ffn.2.weight": draw(num_hiddens, ffn, scale=ffn**-0.5), "ffn.2.bias": draw(num_hiddens, scale=0.1),
+              "norm2.weight": 1 + draw(num_hiddens, scale=0.1), "norm2.bias": draw(num_hiddens, scale=0.1)}
+    return state
 
 
-def _expect_structure_and_dropout(case: Case, args, kwargs, seen) -> None:
-    """``attention``, ``norm1``, ``ffn``, ``norm2`` as named; dropout in training mode only."""
-    block = seen["layers"]
+def _expect_named_layers(case: Case, args, kwargs, block) -> None:
+    """``attention``, ``norm1``, ``ffn``, ``norm2`` as named."""
     case.check(block["is_module"], "should be a subclass of torch.nn.Module")
     for name, kind in (("attention", None), ("norm1", "LayerNorm"), ("ffn", None), ("norm2", "LayerNorm")):
         layer = block["layers"].get(name)
         case.check(layer is not None and (kind is None or layer["type"] == kind),
                    f"should have a layer `{name}` ({kind or 'nn.Module'})")
-    case.expect_close("a second output in evaluation mode (dropout must be off)", seen["second"], seen["first"])
-    case.check(not torch.allclose(seen["trained"], seen["first"]), "dropout=0.5 changes nothing in training mode")
 
 
-BLOCK_DROPOUT = Probe("layers and dropout", lambda: [Call("TransformerEncoderBlock(16, 32, 4, dropout=0.5)",
-                                                          (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(3)),))],
-                      _block_in_both_modes, _expect_structure_and_dropout)
+#: The block's layers, as its process describes them: advice (the cases load their weights by these names).
+BLOCK_LAYERS = Probe("layers", lambda: [Call("TransformerEncoderBlock(16, 32, 4, dropout=0.5)")],
+                     lambda cls: lambda: describe_module(cls(16, 32, 4, 0.5)), _expect_named_layers)
+
+
+def _dropout_inputs(seed: int) -> list[Call]:
+    """Weights, an input ``(2, 6, 16)`` and two seeds of the generator, drawn from ``seed``."""
+    g = torch.Generator().manual_seed(seed)
+    state, X = block_state(g, 16, 32, use_bias=False), torch.randn(2, 6, 16, generator=g)
+    seeds = tuple(torch.randint(0, 2**31, (2,), generator=g).tolist())
+    return [Call(f"TransformerEncoderBlock(16, 32, 4, dropout=0.5) on X (2, 6, 16), generator seeds {seeds[0]} and "
+                 f"{seeds[1]}", (state, X, seeds))]
+
+
+def _dropout_of(cls):
+    """``(state, X, seeds) -> {outputs in evaluation and training mode under both seeds}`` of
+    ``TransformerEncoderBlock(16, 32, 4, dropout=0.5)`` with ``state`` loaded (``kernel.measure.in_both_modes``)."""
+
+    def look(state, X, seeds):
+        block = cls(16, 32, 4, 0.5)
+        block.load_state_dict(state)
+        return in_both_modes(block, lambda b: b(X, None), seeds)
+
+    return look
+
+
+#: Dropout, from outputs on the judge's weights and inputs: decides.
+BLOCK_DROPOUT = Probe("dropout", lambda: _dropout_inputs(3), _dropout_of,
+                      lambda case, args, kwargs, seen: expect_dropout_in_training_only(
+                          case, seen, "pass dropout to the attention and apply it after each sublayer"),
+                      decides=True, hidden=_dropout_inputs,
+                      compare=lambda case, seen, expected: expect_evaluated_as_reference(case, seen, expected))
 BLOCK = Part("TransformerEncoderBlock", CHAPTER, arguments=("X", "valid_lens"), adapt=_block_run, atol=1e-4,
-             probes=(BLOCK_DROPOUT,), forbid_library=True,
+             probes=(BLOCK_LAYERS, BLOCK_DROPOUT), forbid_library=True,
              depends_on={"MultiHeadAttention": FallbackMultiHeadAttention})
 
 
@@ -207,30 +262,37 @@ def _chunked_rounding(queries, keys, values, chunk_size, mask=None) -> float:
     return attention_rounding(queries, keys, values, rescales=math.ceil(keys.shape[-2] / max(chunk_size, 1)))
 
 
-#: The memory probe: 64 queries, 4096 keys of width 8, values of width 4, chunks of 64.
-_Q, _K, _D, _V, _CHUNK = 64, 4096, 8, 4, 64
+#: The memory probe: 1024 queries, 65536 keys of width 8, values of width 4, chunks of 256. The whole score
+#: matrix alone takes 256 MiB; a chunk's block of scores 1 MiB.
+_Q, _K, _D, _V, _CHUNK = 1024, 65536, 8, 4, 256
+#: The working memory the probe's call may take above what the process held before it: eight times less than the
+#: score matrix, and room for a few blocks, the inputs' copies and the request itself (measured at grading from
+#: outside the kernel, by its cgroup).
+CHUNK_MEMORY_BYTES = 32 * 2**20
 
 
-def _long_inputs() -> list[Call]:
-    g = torch.Generator().manual_seed(0)
+def _long_inputs(seed: int) -> list[Call]:
+    g = torch.Generator().manual_seed(seed)
     args = (torch.randn(_Q, _D, generator=g), torch.randn(_K, _D, generator=g), torch.randn(_K, _V, generator=g), _CHUNK)
     return [Call(f"queries ({_Q}, {_D}), keys ({_K}, {_D}), values ({_K}, {_V}), chunk_size={_CHUNK}", args)]
 
 
-def _expect_chunk_sized_memory(case: Case, args, kwargs, largest) -> None:
-    """No tensor may approach the (64, 4096) score matrix.
-
-    A few ``(q, chunk_size)`` blocks, or a copy of an input, are fine: the largest tensor may
-    have up to ``max(4·q·chunk_size, k·d)`` elements, an eighth of the ``q·k`` score matrix.
-    """
-    budget = max(4 * _Q * _CHUNK, _K * _D)
-    case.check(int(largest) <= budget, f"creates a tensor of {largest} elements; the (q, chunk_size) block has "
-                                       f"{_Q * _CHUNK} and the whole score matrix {_Q * _K}: process the keys one chunk "
-                                       "at a time")
+def _expect_chunk_sized_memory(case: Case, args, kwargs, peak) -> None:
+    """The call's working memory stays far below the ``(1024, 65536)`` score matrix."""
+    mib = 2**20
+    case.check(int(peak) <= CHUNK_MEMORY_BYTES,
+               f"took {peak / mib:.0f} MiB of working memory; it may take {CHUNK_MEMORY_BYTES / mib:.0f} MiB. A "
+               f"(q, chunk_size) block of scores takes {_Q * _CHUNK * 4 / mib:.0f} MiB and the whole (q, k) score "
+               f"matrix {_Q * _K * 4 / mib:.0f} MiB: process the keys one chunk at a time, keeping only running sums")
 
 
-CHUNK_MEMORY = Probe("memory", _long_inputs, lambda fn: lambda *args: largest_tensor_created(fn, *args),
-                     _expect_chunk_sized_memory)
+def _same_output(case: Case, result, expected) -> None:
+    case.expect_close("the output", result, expected, atol=1e-4, rtol=1e-4)
+
+
+#: Memory, measured from outside the answer's process at grading, on the judge's inputs; the output must be right.
+CHUNK_MEMORY = Probe("memory", lambda: _long_inputs(0), lambda fn: fn, _expect_chunk_sized_memory, decides=True,
+                     hidden=_long_inputs, compare=_same_output, memory=CHUNK_MEMORY_BYTES)
 CHUNKED = Part("chunked_attention", CHAPTER, arguments=("queries", "keys", "values"), rounding=_chunked_rounding,
                probes=(CHUNK_MEMORY,), forbid_library=True)
 
@@ -263,7 +325,7 @@ def _predictions_on(train):
     training)``, training once per seed.
 
     The held-out ``digits`` are drawn by the judge, which computes the accuracy itself from the
-    predictions.
+    predictions, against the order of ``seed``.
     """
 
     def predict(seed, digits):
@@ -278,28 +340,32 @@ def _predictions_on(train):
 
 
 def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
-    """Trained in the call within the time limit (measured by the judge), and right on the judge's fresh
-    sequences."""
-    digits = args[1]
-    reported, predictions, passes = result
-    expect_trained_in_time(case, predictions, reported, passes, TRAINING_SECONDS,
-                           " (the contract: 60 s on 2 CPU cores)")
+    """Within the time limit (measured by the judge), and right on the judge's fresh sequences sorted by the order
+    of the seed it passed."""
+    seed, digits = args
+    reported, predictions, _ = result
+    expect_trained_in_time(case, predictions, reported, TRAINING_SECONDS, " (the contract: 60 s on 2 CPU cores)")
     case.expect_tensor("the predictions", predictions, shape=digits.shape, dtype=torch.int64, device="cpu")
-    measured = (predictions == digits.sort(dim=-1).values).float().mean().item()
+    measured = (predictions == sort_digits(digits, sorting_order(seed))).float().mean().item()
     case.check(measured >= REQUIRED_ACCURACY, f"the model sorts {measured:.1%} of the digits of fresh sequences "
-                                              f"correctly; it needs {REQUIRED_ACCURACY:.0%}")
+                                              f"correctly, in the order of seed {seed} "
+                                              f"(checks.sorting_order({seed})); it needs {REQUIRED_ACCURACY:.0%}")
 
 
-SORTING = Part("train_sorting_transformer", CHAPTER, adapt=_predictions_on,
-               extra=_expect_accurate_in_time, on_devices=False, meta=False, compare_with_reference=False,
+def _expect_trained_in_the_call(case: Case, args, kwargs, result) -> None:
+    expect_backward_passes(case, result[2])
+
+
+SORTING = Part("train_sorting_transformer", CHAPTER, adapt=_predictions_on, extra=_expect_accurate_in_time,
+               advise=_expect_trained_in_the_call, on_devices=False, meta=False, compare_with_reference=False,
                depends_on={"TransformerEncoderBlock": FallbackEncoderBlock,
                            "MultiHeadAttention": FallbackMultiHeadAttention})
 
 
 @checks(SORTING)
 def check_train_sorting_transformer(fn, hidden: bool = False) -> None:
-    """Train once (``seed=0``; the hidden case, a seed of its own) within the time limit; test the model on
-    sequences drawn at check time."""
+    """Train once (``seed=1``; the hidden case, a seed of its own) within the time limit; test the model on
+    sequences drawn at check time, sorted in the order of that seed (``sorting_order(seed)``)."""
 
 
 PARTS = {part.name: part for part in (BLOCK, CHUNKED, SORTING)}

@@ -10,11 +10,13 @@ the student's own model.
 
 from __future__ import annotations
 
+import random
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .core import Case, attention_rounding, expect_trained_in_time
+from .core import Case, attention_rounding, expect_backward_passes, expect_trained_in_time
 from .judge import checks
 from .kernel.measure import describe_module, trained_once
 from .parts import ArgumentCheck, Call, Part, Probe
@@ -36,16 +38,37 @@ TRAINING_SECONDS = 90.0
 REQUIRED_ACCURACY = 0.95
 
 
-def make_reversal_batch(batch_size: int, generator: torch.Generator | None = None):
+def answer_code(seed: int) -> torch.Tensor:
+    """The code of the reversal task of ``seed``: ``(10,)`` int64, a permutation of the digits drawn from ``seed``;
+    digit ``d`` is written ``code[d]`` in the answer.
+
+    The exercise's ``train_reversal_decoder(seed)`` learns the task of its seed, so that what it
+    must learn is known only when the grader calls it.
+    """
+    return torch.randperm(10, generator=torch.Generator().manual_seed(seed))
+
+
+def reversed_answers(prompts: torch.Tensor, code: torch.Tensor | None = None) -> torch.Tensor:
+    """The answers to reversal prompts ``(batch, NUM_DIGITS + 1)``: the digits reversed, each written in ``code``
+    (:func:`answer_code`; ``None``: as they are), ``(batch, NUM_DIGITS)``."""
+    answers = prompts[:, :NUM_DIGITS].flip(-1)
+    return answers if code is None else code.to(prompts.device)[answers]
+
+
+def make_reversal_batch(batch_size: int, generator: torch.Generator | None = None, code: torch.Tensor | None = None):
     """A batch of the reversal task (book, chapter 7).
+
+    Args:
+        code: how the answer writes each digit (:func:`answer_code`); ``None``: as it is.
 
     Returns:
         ``(prompts, answers)``: prompts ``(batch_size, NUM_DIGITS + 1)`` int64, random digits
-        followed by ``SEPARATOR``; answers ``(batch_size, NUM_DIGITS)``, the digits reversed.
+        followed by ``SEPARATOR``; answers ``(batch_size, NUM_DIGITS)``, the digits reversed
+        (and written in ``code``).
     """
     digits = torch.randint(0, 10, (batch_size, NUM_DIGITS), generator=generator)
-    separator = torch.full((batch_size, 1), SEPARATOR)
-    return torch.cat([digits, separator], dim=1), digits.flip(-1)
+    prompts = torch.cat([digits, torch.full((batch_size, 1), SEPARATOR)], dim=1)
+    return prompts, reversed_answers(prompts, code)
 
 
 @torch.no_grad()
@@ -241,11 +264,41 @@ def _random_weights(seed: int, config: dict) -> dict:
     """The weights PyTorch draws for a ``TinyDecoder(**config)`` from ``seed``, global generator untouched."""
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        return TinyDecoder(**config).state_dict()
+        return TinyDecoder(**{key: value for key, value in config.items() if key != "marks"}).state_dict()
+
+
+class MarkedDecoder(TinyDecoder):
+    """A :class:`TinyDecoder` whose logits carry a mark of how it is called.
+
+    Each call adds to every position's logits a vector drawn from ``marks`` and the call's
+    pattern: whether a cache was given, how many tokens were fed, how many were cached. So the
+    tokens greedy decoding produces with it show how the model was called: the judge compares
+    them with those of the prompt fed once and then one token per step with the cache (or,
+    without the cache, the whole prefix every step), from outside the answer's process. Built
+    with ``TinyDecoder``'s arguments and ``marks`` (an int).
+    """
+
+    #: How far a mark moves the logits: as far as the read-out of the cases' decoders spreads them.
+    SCALE = 8.0
+
+    def __init__(self, marks: int, **config):
+        super().__init__(**config)
+        self.marks = marks
+
+    def forward(self, tokens: torch.Tensor, cache: list | None = None):
+        logits, new_cache = super().forward(tokens, cache)
+        past = 0 if cache is None else cache[0][0].shape[-2]
+        pattern = (self.marks * 1_000_003 + (cache is not None) * 10_007 + tokens.shape[1] * 101 + past) % 2**31
+        mark = torch.randn(logits.shape[-1], generator=torch.Generator().manual_seed(pattern)) * self.SCALE
+        return logits + mark.to(logits.device, logits.dtype), new_cache  # (batch, t, vocab) + (vocab,)
 
 
 def _tiny_decoder(config: dict, state: dict, device: torch.device) -> TinyDecoder:
-    model = TinyDecoder(**config).to(device)
+    """The decoder of a case: ``config``'s ``TinyDecoder`` (a :class:`MarkedDecoder` where it has ``marks``) with
+    ``state`` loaded, in evaluation mode."""
+    config = dict(config)
+    marks = config.pop("marks", None)
+    model = (TinyDecoder(**config) if marks is None else MarkedDecoder(marks, **config)).to(device)
     model.load_state_dict(state)
     return model.eval()
 
@@ -308,7 +361,9 @@ def _same_tokens(case: Case, result, expected) -> None:
     wrong = (result != expected).nonzero()
     if len(wrong):
         place = tuple(wrong[0].tolist())
-        problem = f"the tokens differ from greedy decoding's, first at (sequence, position) {place}"
+        problem = (f"the tokens differ from greedy decoding's, first at (sequence, position) {place} (the case's "
+                   "model marks its logits by how it is called: with use_cache=True, feed the prompt once, then each "
+                   "new token alone with the cache; with use_cache=False, the whole prefix at every step)")
         if not case.hidden:
             problem += f"\n    expected: {expected.tolist()}\n    got:      {result.tolist()}"
         case.fail(problem)
@@ -488,12 +543,23 @@ def _no_reference(case: Case, result, expected) -> None:
     """Samples are judged as a distribution (``_expect_distribution``), not token by token."""
 
 
+def _generator_calls(seeds: tuple[int, int, int]) -> list[Call]:
+    return [Call(f"logits (2, 5) repeated 50 times, so logits (50, 2, 5), generator seeds {seeds[0]}, {seeds[1]} and "
+                 f"{seeds[2]}", (torch.tensor([[0.0, 1, 2, 0, 1], [2.0, 0, 0, 1, 0]]), seeds))]
+
+
+def _hidden_generator_calls(seed: int) -> list[Call]:
+    """Two generator seeds ``a`` and ``b`` drawn from ``seed``: the answer draws with ``a``, ``a`` and ``b``."""
+    a, b = random.Random(seed).sample(range(2**31), 2)
+    return _generator_calls((a, a, b))
+
+
+#: ``generator`` used, from the tokens drawn with seeds the judge draws: decides.
+GENERATOR_USED = Probe("generator", lambda: _generator_calls((3, 3, 4)), _seeds_used, _expect_generator_used,
+                       decides=True, hidden=_hidden_generator_calls)
 SAMPLE = Part("sample_next", CHAPTER, arguments=("logits",), adapt=_sampled, compare=_no_reference,
               extra=_expect_distribution, compare_with_reference=False, on_devices=False, meta=False,
-              probes=(Probe("generator", lambda: [Call("logits (2, 5) repeated 50 times, so logits (50, 2, 5), "
-                                                       "generator seeds 3, 3 and 4",
-                                                       (torch.tensor([[0.0, 1, 2, 0, 1], [2.0, 0, 0, 1, 0]]),
-                                                        (3, 3, 4)))], _seeds_used, _expect_generator_used),))
+              probes=(GENERATOR_USED,))
 
 
 @checks(SAMPLE)
@@ -607,25 +673,31 @@ def _answers_of(train):
 
 
 def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
-    """Trained in the call within the time limit (measured by the judge), and right on the judge's fresh
-    prompts."""
-    prompts = args[1]
-    reported, answers, passes = result
-    expect_trained_in_time(case, answers, reported, passes, TRAINING_SECONDS)
+    """Within the time limit (measured by the judge), and right on the judge's fresh prompts, in the code of the
+    seed it passed."""
+    seed, prompts = args
+    reported, answers, _ = result
+    expect_trained_in_time(case, answers, reported, TRAINING_SECONDS)
     case.expect_tensor("the answers", answers, shape=(prompts.shape[0], NUM_DIGITS), dtype=torch.int64, device="cpu")
-    measured = (answers == prompts[:, :NUM_DIGITS].flip(-1)).float().mean().item()
+    measured = (answers == reversed_answers(prompts, answer_code(seed))).float().mean().item()
     case.check(measured >= REQUIRED_ACCURACY, f"greedy decoding reverses {measured:.1%} of the digits of fresh "
-                                              f"prompts correctly; it needs {REQUIRED_ACCURACY:.0%}")
+                                              f"prompts correctly, in the code of seed {seed} "
+                                              f"(checks.answer_code({seed})); it needs {REQUIRED_ACCURACY:.0%}")
+
+
+def _expect_trained_in_the_call(case: Case, args, kwargs, result) -> None:
+    expect_backward_passes(case, result[2])
 
 
 TRAINING = Part("train_reversal_decoder", CHAPTER, adapt=_answers_of, extra=_expect_accurate_in_time,
-                on_devices=False, meta=False, compare_with_reference=False, depends_on={"causal_lm_loss": LOSS})
+                advise=_expect_trained_in_the_call, on_devices=False, meta=False, compare_with_reference=False,
+                depends_on={"causal_lm_loss": LOSS})
 
 
 @checks(TRAINING)
 def check_train_reversal_decoder(fn, hidden: bool = False) -> None:
-    """Train once (``seed=0``; the hidden case, a seed of its own) within the time limit; decode prompts drawn
-    at check time greedily."""
+    """Train once (``seed=1``; the hidden case, a seed of its own) within the time limit; decode prompts drawn
+    at check time greedily, and compare with the digits reversed in the code of that seed (``answer_code(seed)``)."""
 
 
 PARTS = {part.name: part for part in (LOSS, STEP, WINDOW, GREEDY, BEAM, SAMPLE, GQA, CACHE_BYTES, TRAINING)}

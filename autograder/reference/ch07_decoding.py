@@ -22,6 +22,7 @@ from ..ch07_decoding import (
     TinyDecoder,
     _random_weights,
     _tiny_decoder,
+    answer_code,
     make_reversal_batch,
     reversal_accuracy,
     table_log_probs,
@@ -290,7 +291,7 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, seq_len: i
 
 
 def train_reversal_decoder(seed: int = 0, steps: int = 150, batch_size: int = 128, num_kv_heads: int | None = None,
-                           log=None):
+                           log=None, code=None):
     """Train a :class:`~autograder.ch07_decoding.TinyDecoder` to reverse digits, by teacher forcing (book, chapter 7).
 
     Each training sequence is ``digits, SEPARATOR, reversed digits``; the loss is
@@ -301,6 +302,8 @@ def train_reversal_decoder(seed: int = 0, steps: int = 150, batch_size: int = 12
         steps: at least 1; Adam at a rate of 3e-3 under :func:`_schedule`.
         num_kv_heads: key/value heads of the model (``None``: one per query head).
         log: called as ``log(step, loss)`` at every step, or ``None``.
+        code: how the answers write each digit, ``(10,)``; ``None``: the code of ``seed``
+            (``answer_code(seed)``, as the exercise's contract asks).
 
     Returns:
         ``(model, accuracy)``: the model in evaluation mode, and the per-token accuracy of
@@ -308,13 +311,14 @@ def train_reversal_decoder(seed: int = 0, steps: int = 150, batch_size: int = 12
     """
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
+    code = answer_code(seed) if code is None else code
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = TinyDecoder(num_hiddens=32, num_heads=4, num_layers=2, max_len=SEQUENCE_LENGTH, num_kv_heads=num_kv_heads)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     schedule = _schedule(optimizer, steps)
     for step in range(steps):
-        prompts, answers = make_reversal_batch(batch_size, generator)
+        prompts, answers = make_reversal_batch(batch_size, generator, code)
         tokens = torch.cat([prompts, answers], dim=1)  # (batch, 2·NUM_DIGITS + 1)
         logits, _ = model(tokens)
         # from the separator on: position NUM_DIGITS (the separator) predicts the first answer digit, and so on
@@ -326,7 +330,7 @@ def train_reversal_decoder(seed: int = 0, steps: int = 150, batch_size: int = 12
         if log is not None:
             log(step, loss.item())
     model.eval()
-    return model, reversal_accuracy(model, *make_reversal_batch(1000, torch.Generator().manual_seed(seed + 10_000)))
+    return model, reversal_accuracy(model, *make_reversal_batch(1000, torch.Generator().manual_seed(seed + 10_000), code))
 
 
 def _schedule(optimizer, steps: int):
@@ -389,6 +393,11 @@ def _window_too_narrow(query, key, value, cache, window):
 def _greedy_end_not_repeated(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
     """``eos_id`` ignored: a finished sequence goes on decoding."""
     return greedy_decode(model, prompt, max_new_tokens, use_cache)
+
+
+def _greedy_without_the_cache(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
+    """``use_cache`` ignored: the whole prefix fed at every step."""
+    return greedy_decode(model, prompt, max_new_tokens, False, eos_id)
 
 
 def _beam_pooled(log_prob_fn, bos_id, eos_id, beam_size, max_len, as_libraries=False):
@@ -467,6 +476,8 @@ MISTAKES = {
     ),
     "greedy_decode": (
         ("a sequence that produced eos_id goes on decoding instead of repeating it", _greedy_end_not_repeated),
+        ("the cache never used: the whole prefix fed at every step, also with use_cache=True",
+         _greedy_without_the_cache),
     ),
     "beam_search": (
         ("finished hypotheses set aside in a pool, the beam refilled with beam_size unfinished ones", _beam_pooled),
@@ -547,38 +558,50 @@ def _decoder_weights(g: torch.Generator, config: dict) -> dict:
     return state
 
 
-def _smallest_margin(config: dict, state: dict, prompt: torch.Tensor, max_new_tokens: int) -> float:
-    """The smallest gap between the two largest logits along greedy decoding's path."""
-    model = _tiny_decoder(config, state, prompt.device)
-    tokens = greedy_decode(model, prompt, max_new_tokens, use_cache=False)
+def _path_margin(model, prompt: torch.Tensor, max_new_tokens: int, use_cache: bool) -> tuple[torch.Tensor, float]:
+    """``(tokens, margin)``: greedy decoding's tokens with ``model`` called as ``use_cache`` asks, and the smallest
+    gap between the two largest logits that picked them."""
+    gaps = []
+
+    def recorded(tokens, cache=None):
+        logits, new_cache = model(tokens, cache)
+        top2 = logits[:, -1].topk(2, dim=-1).values  # (batch, 2)
+        gaps.append((top2[:, 0] - top2[:, 1]).min().item())
+        return logits, new_cache
+
     with torch.no_grad():
-        logits, _ = model(tokens[:, :-1])  # (batch, t, vocab): the logits of every generated token
-    top2 = logits[:, prompt.shape[1] - 1:].topk(2, dim=-1).values
-    return (top2[..., 0] - top2[..., 1]).min().item()
+        tokens = greedy_decode(recorded, prompt, max_new_tokens, use_cache=use_cache)
+    return tokens, min(gaps)
 
 
 def _greedy_calls(seeds) -> list[Call]:
-    """Random TinyDecoders (1-2 layers, 1-4 heads, grouped or not), with and without the cache and an end token.
+    """Random marked TinyDecoders (1-2 layers, 1-4 heads, grouped or not), with and without the cache and an end token.
 
-    Models whose greedy path has two logits within 0.01 of each other are redrawn, so that
-    rounding cannot change a token.
+    Each decoder marks its logits by how it is called (``MarkedDecoder``), so that decoding
+    without the cache where it is asked for, or with it the wrong way, gives other tokens: models
+    whose cached and uncached tokens agree are redrawn, and so are those whose greedy paths have
+    two logits within 0.01 of each other, so that rounding cannot change a token.
     """
     calls = []
     for seed in seeds:
         rng = random.Random(seed)
         heads = rng.choice((1, 2, 4))
         config = {"vocab_size": rng.randint(5, 12), "num_hiddens": 4 * heads, "num_heads": heads,
-                  "num_layers": rng.randint(1, 2), "max_len": 24, "num_kv_heads": rng.choice([1, heads])}
+                  "num_layers": rng.randint(1, 2), "max_len": 24, "num_kv_heads": rng.choice([1, heads]),
+                  "marks": rng.randrange(2**31)}
         batch, p, new = rng.randint(1, 3), rng.randint(1, 5), rng.randint(3, 8)
         for attempt in range(100):
             g = torch.Generator().manual_seed(seed * 100 + attempt)
+            config["marks"] = rng.randrange(2**31)
             state = _decoder_weights(g, config)
             prompt = torch.randint(0, config["vocab_size"], (batch, p), generator=g)
-            if _smallest_margin(config, state, prompt, new) > 0.01:
+            model = _tiny_decoder(config, state, prompt.device)
+            (cached, cached_margin), (full, full_margin) = (_path_margin(model, prompt, new, use) for use in (True, False))
+            if min(cached_margin, full_margin) > 0.01 and not torch.equal(cached, full):
                 break
-        eos = int(greedy_decode(_tiny_decoder(config, state, prompt.device), prompt, 2)[0, -1])  # a token the first sequence produces
-        described = (f"a TinyDecoder({', '.join(f'{k}={v}' for k, v in config.items())}), prompt "
-                     f"{tuple(prompt.shape)}, max_new_tokens={new}")
+        eos = int(cached[0, p + 1])  # a token the first sequence produces
+        described = (f"a marked TinyDecoder({', '.join(f'{k}={v}' for k, v in config.items() if k != 'marks')}), "
+                     f"prompt {tuple(prompt.shape)}, max_new_tokens={new}")
         for use_cache in (True, False):
             calls.append(Call(f"{described}, use_cache={use_cache}", (config, state, prompt, new),
                               {"use_cache": use_cache, "eos_id": None}))
@@ -813,10 +836,11 @@ def _cache_bytes_calls(seeds) -> list[Call]:
     return calls
 
 
-def _reversal_calls(seeds, training_seed: int = 0) -> list[Call]:
+def _reversal_calls(seeds, training_seed: int = 1) -> list[Call]:
     """Training with ``training_seed``, then the model's greedy answers to 500 prompts drawn here, with each of
     ``seeds``."""
-    return [Call(f"train_reversal_decoder(seed={training_seed}), tested on 500 fresh prompts drawn with seed {s}",
+    return [Call(f"train_reversal_decoder(seed={training_seed}), tested on 500 fresh prompts drawn with seed {s}, "
+                 f"answered in the code of seed {training_seed}",
                  (training_seed, make_reversal_batch(500, torch.Generator().manual_seed(s))[0]))
             for s in seeds]
 
