@@ -115,10 +115,11 @@ def _w_forgotten_when_square(queries, keys, W):
 def _broadcast_inputs_first(queries, keys, W_q, W_k, w_v):
     additive(queries[..., :1, :], keys[..., :1, :], W_q, W_k, w_v)  # argument checks
     q, k = queries.shape[-2], keys.shape[-2]
-    # (..., q, k, dq) and (..., q, k, dk): O(q·k·d) memory
+    # every (query, key) pair concatenated, as the additive score is often first written: (..., q, k, dq + dk), O(q·k·d)
     wide_q = queries.unsqueeze(-2).expand(*queries.shape[:-1], k, queries.shape[-1])
     wide_k = keys.unsqueeze(-3).expand(*keys.shape[:-2], q, k, keys.shape[-1])
-    return torch.tanh(wide_q @ W_q + wide_k @ W_k) @ w_v
+    pairs = torch.cat([wide_q, wide_k], dim=-1)
+    return torch.tanh(pairs @ torch.cat([W_q, W_k])) @ w_v
 
 
 def _tanh_forgotten(queries, keys, W_q, W_k, w_v):

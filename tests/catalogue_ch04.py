@@ -225,7 +225,7 @@ WRONG_AND_WHY = [
     ("mask not broadcast over heads", ch04.check_multi_head_attention, _MaskNotBroadcastOverHeads, False,
      "output: wrong values"),
     ("dropout left on in evaluation", ch04.check_multi_head_attention, _DropoutAlwaysOn, False,
-     "the output in evaluation mode (dropout must be off)"),
+     "(dropout must be off)"),
     ("scaled by the full width, not the head width", ch04.check_multi_head_attention, _ScaledByFullWidth, False,
      "output: wrong values"),
     ("one projection shared by queries, keys and values", ch04.check_multi_head_attention, _OneLinearForAll, False,

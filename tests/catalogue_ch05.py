@@ -193,7 +193,7 @@ WRONG_AND_WHY = [
     ("module accepts sequences longer than max_len", ch05.check_positional_encoding_arguments,
      _LongSequencesAccepted, False, "should raise ValueError naming `max_len`"),
     ("dropout left on in evaluation", ch05.check_positional_encoding, _DropoutAlwaysOn, False,
-     "the output in evaluation mode (dropout must be off)"),
+     "(dropout must be off)"),
     ("delegates to d2l.PositionalEncoding", ch05.check_positional_encoding, _DelegatesToD2L, False,
      "calls d2l.PositionalEncoding"),
     ("offset matrix right for one position only", ch05.check_relative_offset_matrix, _offset_for_position_zero, False,

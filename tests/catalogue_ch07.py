@@ -434,6 +434,7 @@ KNOWN_MISTAKES = {
     "window one position too wide": "window one position too wide (window + 1 positions kept)",
     "window one position too narrow": "window one position too narrow (window − 1 positions kept)",
     "end token not repeated": "a sequence that produced eos_id goes on decoding instead of repeating it",
+    "cache never used": "the cache never used: the whole prefix fed at every step, also with use_cache=True",
     "finished hypotheses pooled outside the beam": "finished hypotheses set aside in a pool, the beam refilled with "
                                                    "beam_size unfinished ones",
     "finished hypotheses pooled as libraries do, no length penalty": "finished hypotheses pooled only when among the "

@@ -147,11 +147,10 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
                             "judge_module = pkgutil.resolve_name('autograder.judge')\n"
                             "judge_module.judge = lambda *a, **k: 1",
     }
-    # the two that assign into the course's modules are flagged by the grader's scan (13.): the parts passed on
-    # what the kernel reports need a look, the wrong answer keeps its failure
+    # each changes a module in the kernel, which the grader's reading cannot see past (13.): the parts whose points
+    # rest on that reading (they forbid library attention) need a look, the wrong answer keeps its failure
     for student, patch in patches.items():
-        statuses = flagged if student in ("patches_autograder", "swaps_check_code") else expect
-        add(student, answer(solution, "window_mask", WRONG_WINDOW + "\n" + patch), statuses(window_mask="failed"))
+        add(student, answer(solution, "window_mask", WRONG_WINDOW + "\n" + patch), unsure(window_mask="failed"))
     add("tensor_subclass", answer(solution, "window_mask", _always_equal_tensors()), expect(window_mask="failed"))
     # every error reply of the kernel turned into "ok", and the respondent made to reply `True` to everything
     forged = copy.deepcopy(blank)
@@ -159,7 +158,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
     forged["cells"].insert(after_imports, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
                                            "source": FORGED_REPLIES})
     add("forges_replies", forged, {p: "failed" for p in PARTS})  # flagged, but nothing passed to withhold
-    add("calls_references", answer(solution, "window_mask", CALLS_THE_REFERENCE), expect(window_mask="failed"))
+    add("calls_references", answer(solution, "window_mask", CALLS_THE_REFERENCE), unsure(window_mask="failed"))
 
     # what a submission prints or displays never carries a script, a key or a hidden test into the pages
     leaky = copy.deepcopy(solution)
@@ -197,7 +196,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
             except OSError:
                 pass
         """
-    add("writes_outside", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent(writes)), expect())
+    add("writes_outside", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent(writes)), unsure())
     network = f"""
         import socket
         try:
@@ -223,7 +222,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
         kernel.session.key = key
         kernel.iopub_socket.send_multipart([b'<IDS|MSG>', b'0' * 64, b'{', b'', b'', b''])
         kernel.iopub_socket.send_multipart([b'no delimiter'])
-        """)), flagged())  # the kernel object reached: flagged (13.), every part needs a look
+        """)), unsure())  # the kernel object reached (13.)
     if _cgroups():
         add("fork_bomb", answer(solution, "window_mask", _if_it_leaks("""
             import subprocess
@@ -237,7 +236,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
             for child in started:
                 child.kill()
                 child.wait()  # reaped: a zombie keeps its pid, and a full cap would stall this kernel's later parts
-            """)), expect(window_mask="failed"))
+            """)), unsure(window_mask="failed"))  # processes started (13.)
         add("disk_flood", answer(solution, "window_mask", _if_it_leaks("""
             import os
             leaked = False
@@ -250,7 +249,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
                 leaked = True
             except OSError:
                 pass
-            """)), flagged(window_mask="failed"))  # ipykernel imported: flagged (13.)
+            """)), unsure(window_mask="failed"))  # ipykernel imported (13.)
         add("memory_outside_the_heap", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent("""
             import mmap
             block = mmap.mmap(-1, 6 * 2**30)  # shared memory: not data memory, counted by the cgroup
@@ -283,21 +282,33 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
 
     # 13. forgeries of what is observed inside the kernel
     # the respondent replaced in the kernel, to forge what it observes there: answers that change their input in
-    # place, create a mask on a fixed device and call library attention would pass. The scan flags the cell: every
-    # part the kernel reports on needs a look, and the wrong window_mask keeps its honest failure
+    # place, create a mask on a fixed device and call library attention. What the kernel observes is advice: the
+    # in-place softmax and the fixed-device mask have right results on the CPU (this machine grades there), the
+    # library call is found by the grader's reading of the cell, the wrong window_mask keeps its failure, and the
+    # parts that forbid library attention need a look for what the reading cannot see past
     forger = _after(solution, "imports", FORGES_THE_RESPONDENT)
     for grade_id, code in (("masked_softmax", IN_PLACE_SOFTMAX), ("causal_mask", FIXED_DEVICE_CAUSAL),
                            ("masked_attention", LIBRARY_ATTENTION), ("window_mask", WRONG_WINDOW)):
         forger = answer(forger, grade_id, code)
-    add("forges_the_respondent", forger, flagged(window_mask="failed"))
-    # ATen's math attention called directly, in the part that forbids library attention: its points withheld as
-    # for F.scaled_dot_product_attention; the private name (torch.ops) is flagged too
+    add("forges_the_respondent", forger, unsure(masked_attention="failed", window_mask="failed"))
+    # ATen's math attention called directly, in the part that forbids library attention: found by name in the cell
     add("calls_aten_attention", answer(solution, "masked_attention", ATEN_ATTENTION.format(operators="torch.ops.aten")),
-        flagged(masked_attention="failed"))
-    # the same reached by a name the scan cannot read: withheld by the tripwire alone, the other parts pass
+        expect(masked_attention="failed"))
+    # the same reached by a name built at run time: beyond a static reading, the parts that forbid it need a look
     add("calls_aten_attention_unseen", answer(solution, "masked_attention",
                                               ATEN_ATTENTION.format(operators="getattr(torch, 'o' + 'ps').aten")),
+        unsure())
+
+    # 14. the third round: a reply forged through input(), threads, hostile bytes in a reply; each beside its
+    # control, the same answers handed in plainly, which must earn at least as much
+    for student, notebook in forgeries_through_input(solution).items():
+        add(student, notebook, unsure() if student.endswith("forged") else expect(masked_attention="failed"))
+    add("sdpa_in_a_thread", answer(solution, "masked_attention", LIBRARY_IN_A_THREAD),
+        unsure(masked_attention="failed"))  # library attention named in the answer; threads beyond a reading
+    add("sdpa_in_a_thread_control", answer(solution, "masked_attention", LIBRARY_ATTENTION),
         expect(masked_attention="failed"))
+    for student, hostile in HOSTILE_REPLIES.items():  # the reply the grader reads is the kernel's first
+        add(student, answer(solution, "window_mask", sends_first(hostile)), unsure(window_mask="failed"))
     return entries
 
 
@@ -461,15 +472,20 @@ def oversized(nb: dict, size: int) -> dict:
 # 13. forgeries of what is observed inside the kernel
 
 
-def flagged(**changes: str) -> dict[str, str]:
-    """The statuses of a notebook the tampering scan flags: every part ``needs a look`` (each part of 03_masking
-    passes on something the kernel reports: a probe, the meta replay, its inputs after the call, library calls,
-    its errors on fixed bad arguments) except those named (by the answer's name), which keep another status."""
-    return {part: changes.get(part.removeprefix("test_"), "needs a look") for part in PARTS}
+#: The parts of 03_masking that forbid library attention: their points rest on the grader's reading of the code.
+FORBIDDING = ("test_masked_softmax", "test_masked_attention")
+
+
+def unsure(**changes: str) -> dict[str, str]:
+    """The statuses of a notebook holding code the grader's reading cannot see past (``grading/reading.py``): the
+    parts that forbid library attention ``needs a look``, every other part ``passed`` (its points rest on its
+    results), except those named (by the answer's name), which keep another status."""
+    return {part: changes.get(part.removeprefix("test_"), "needs a look" if part in FORBIDDING else "passed")
+            for part in PARTS}
 
 
 #: A cell that replaces the kernel's respondent: each reply says no library attention was called, sends back the
-#: inputs as they were before the call, and makes every replay on the meta device inconclusive.
+#: inputs as they were before the call, and makes every replay on the meta device inconclusive (13.).
 FORGES_THE_RESPONDENT = """
 import copy
 import autograder.kernel.serve as respondent
@@ -530,3 +546,98 @@ LIBRARY_ATTENTION = "import torch.nn.functional as F\n" + _CHECKED_ARGUMENTS + "
     weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
     return F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask).nan_to_num(0.0), weights
 """
+
+
+# 14. the third round: a reply forged through input(), threads, hostile bytes
+
+
+#: The reply forged the way a determined student found: the answer, when the grader's request runs it, finds the
+#: request on the stack (``sys._getframe``), computes every reply itself, and sends them first through the kernel's
+#: ``input()`` with the prompt the grader reads, each saying no library attention was called and the inputs were
+#: left alone. Every answer of 03 calls ``_forge()`` first.
+FORGES_THROUGH_INPUT = """
+import sys, base64
+from autograder import wire as _wire
+
+_FORGED = set()
+
+def _forge():
+    frame = sys._getframe(1)
+    while frame is not None and not ('data' in frame.f_locals and 'declaration' in frame.f_locals):
+        frame = frame.f_back
+    if frame is None or id(frame.f_locals['data']) in _FORGED:
+        return
+    data, declaration, answer = frame.f_locals['data'], frame.f_locals['declaration'], frame.f_locals['answer']
+    _FORGED.add(id(data))
+    replies = []
+    for asked in data['requests']:
+        role = asked['role']
+        function = (declaration.adapt(answer) if role == 'cases' else answer if role == 'arguments'
+                    else declaration.probe(role).adapt(answer))
+        try:
+            result, error = function(*asked['args'], **asked['kwargs']), ''
+        except Exception as raised:
+            result, error = None, type(raised).__name__ + ': ' + str(raised)
+        replies.append({'result': result, 'error': error, 'unanswered': False, 'library': [], 'module': '__main__',
+                        'after': (asked['args'], asked['kwargs']), 'missing': ''})
+    input(chr(30) + 'autograder reply ' + base64.b64encode(_wire.pack(replies, reply=True)).decode())
+"""
+
+
+def forgeries_through_input(solution: dict) -> dict[str, dict]:
+    """``{"input_forged": notebook, "input_forged_control": notebook}``: the solution with masked_softmax filling its
+    input in place and masked_attention computed by library attention (its name built from pieces in the forged
+    one, where every answer first forges the replies; named plainly in the control)."""
+    import re
+
+    forged = _after(solution, "imports", FORGES_THROUGH_INPUT)
+    hidden_library = LIBRARY_ATTENTION.replace("F.scaled_dot_product_attention",
+                                               "getattr(F, 'scaled_dot_' + 'product_attention')")
+    for grade_id, code in (("masked_softmax", IN_PLACE_SOFTMAX), ("masked_attention", hidden_library)):
+        forged = answer(forged, grade_id, code)
+    for cell in forged["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            source = "".join(cell["source"])
+            cell["source"] = re.sub(r"^(def \w+\(.*\):\n)", r"\1    _forge()\n", source, flags=re.MULTILINE)
+    control = answer(answer(solution, "masked_softmax", IN_PLACE_SOFTMAX), "masked_attention", LIBRARY_ATTENTION)
+    return {"input_forged": forged, "input_forged_control": control}
+
+
+#: masked_attention whose output is computed by library attention in a thread of its own (where no thread-local
+#: watch of the kernel sees it), its weights beside it.
+LIBRARY_IN_A_THREAD = "import torch.nn.functional as F\nfrom concurrent.futures import ThreadPoolExecutor\n" + \
+    _CHECKED_ARGUMENTS + """
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1]) + (0 if mask is None else mask)
+    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
+    with ThreadPoolExecutor(1) as pool:
+        output = pool.submit(F.scaled_dot_product_attention, queries, keys, values, attn_mask=mask).result()
+    return output.nan_to_num(0.0), weights
+"""
+
+
+#: Replies that once crashed or bloated the grader's decoding, as the code that builds them in the kernel: a 60-byte
+#: ``meta`` tensor of 2**124 elements, a size out of int64's range, and a 48 MB header of empty dicts that
+#: ``json.loads`` built into 1.2 GB in the grader.
+HOSTILE_REPLIES = {
+    "reply_meta_2_124": "b'{\"value\": {\"tensor\": null, \"shape\": [4611686018427387904, 4611686018427387904], "
+                        "\"dtype\": \"bool\"}, \"buffers\": []}'",
+    "reply_size_2_63": "b'{\"value\": {\"tensor\": null, \"shape\": [9223372036854775808], \"dtype\": \"bool\"}, "
+                       "\"buffers\": []}'",
+    "reply_header_of_empty_dicts": "b'{\"value\": [' + b'{}, ' * 12_000_000 + b'{}], \"buffers\": []}'",
+}
+
+
+def sends_first(header: str) -> str:
+    """A right ``window_mask`` that, on its first call (while it is judged), sends as the kernel's reply, through
+    ``input()``, a message of the wire's format whose header the expression ``header`` builds."""
+    return RIGHT_WINDOW.replace("def window_mask", "def _right_window_mask") + textwrap.dedent(f"""
+        import base64
+        SENT = []
+
+        def window_mask(num_queries, num_keys, radius, device=None):
+            if not SENT:
+                header = {header}
+                message = b'AGW1' + len(header).to_bytes(4, 'little') + header
+                SENT.append(input(chr(30) + 'autograder reply ' + base64.b64encode(message).decode()))
+            return _right_window_mask(num_queries, num_keys, radius, device)
+        """)
