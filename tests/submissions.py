@@ -275,6 +275,9 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
 
     # 11. the grader's own memory and workers: oracle arguments, output while judged, oversized files
     add("oversized_notebook", oversized(solution, 21 * 2**20), {p: "error" for p in PARTS})  # default limit: 20 MiB
+    # 200,000 one-line cells after an answer (18.7 MiB, under that limit), the last a wrong window_mask: only the
+    # first 200 cells a notebook adds are read, the rest left out unread and unrun, so the wrong one changes nothing
+    add("many_cells", many_cells(solution, 200_000, WRONG_WINDOW), expect())
 
     # 12. fair time: CPU share and time limits that measure the student's own work
     # (and, from 11., output while judged: 1 GB printed by an answer while its part is judged, read and dropped)
@@ -467,6 +470,16 @@ def oversized(nb: dict, size: int) -> dict:
                         "source": "# " + "x" * size + "\n"})
     return nb
 
+
+# 11. (many cells) A notebook that adds more cells than are read: the grader's work and its pages stay those of the bound.
+def many_cells(nb: dict, count: int, last: str) -> dict:
+    """A copy of ``nb`` with ``count`` code cells of one line added after answer cell ``window_mask``, the last of
+    them ``last``."""
+    nb = copy.deepcopy(nb)
+    index = nb["cells"].index(cells_with(nb, "window_mask")[0])
+    cell = {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None, "source": "x = 1"}
+    nb["cells"][index + 1:index + 1] = [cell] * (count - 1) + [{**cell, "source": textwrap.dedent(last).strip()}]
+    return nb
 
 
 # 13. forgeries of what is observed inside the kernel

@@ -17,6 +17,14 @@ What students received is the source cleared by nbgrader's own ``ClearSolutions`
 ``ClearHiddenTests``, configured as the course configures them (:func:`release`): the stub
 an unanswered cell holds and the delimiters are the course's, and a region without its end
 is an error, as it is for ``nbgrader generate_assignment``.
+
+What the grader takes of a submission is bounded, so that no notebook costs the grader (or
+the feedback pages) more than an honest one many times over: at most ``added_cells`` cells
+of the student's own are read (:func:`read_bounded`: every cell but the first with each
+grade id of the source, whatever its kind), and at most ``code_kb`` KiB of the student's code
+is taken, answers and added cells in notebook order (:func:`assemble`). What is past either
+bound is left out: not run, not shown, an answer cell left out is an error of its part, and
+:attr:`Assembled.limited` says what was left out.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import ast
 import copy
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +92,10 @@ class Assembled:
         unanswered: per answer grade id, whether the student left it as released
             (nbgrader's "No response." comment).
         notes: remarks for the instructor, e.g. duplicated ids.
+        left_out: per answer cell index, why the student's answer was left out (the cell
+            holds the source as released): the code bound was passed at it or before.
+        limited: what the bounds left out of the submission, for the run's summary and
+            the autograded notebook (``[]``: nothing).
     """
 
     notebook: NotebookNode
@@ -92,6 +105,8 @@ class Assembled:
     shown: dict[int, str] = field(default_factory=dict)
     unanswered: dict[str, bool] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    left_out: dict[int, str] = field(default_factory=dict)
+    limited: list[str] = field(default_factory=list)
 
     def part_of(self, index: int) -> GradedCell | None:
         """The part whose test cell comes at or after cell ``index`` (``None`` past the last)."""
@@ -150,18 +165,90 @@ def read_submission(path: Path) -> NotebookNode:
     Raises:
         UnreadableNotebook: malformed JSON, not a notebook, or a version that cannot be read.
     """
+    return read_bounded(path)[0]
+
+
+def read_bounded(path: Path, source: NotebookNode | None = None,
+                 added_cells: int | None = None) -> tuple[NotebookNode, list[str]]:
+    """The submitted notebook (:func:`read_submission`) with at most ``added_cells`` cells of the student's own.
+
+    A cell of the student's own is any cell but the first with each grade id of ``source``
+    and the source's cells without one, as they are: cells added, of any kind, edited cells
+    without an id and copies of the source's. Those past the first
+    ``added_cells`` are dropped before the notebook is parsed, so that no count of cells
+    costs more than that. ``None``: every cell is read.
+
+    Returns:
+        ``(notebook, limited)``: ``limited`` says what was left out (``[]``: nothing).
+
+    Raises:
+        UnreadableNotebook: as :func:`read_submission`.
+    """
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(raw, dict) or "cells" not in raw and "worksheets" not in raw:
             raise UnreadableNotebook("the file is JSON but not a Jupyter notebook")
+        own = 0 if added_cells is None else _keep_own_cells(raw, source, added_cells)
+        limited = [] if own <= (added_cells or 0) else [
+            f"{own:,} cells added to the notebook, more than the {added_cells:,} read: the last "
+            f"{own - added_cells:,} were left out (not run, not shown)"]
         # JSON's "\ud800" escapes give lone surrogates, which no UTF-8 file can hold: replaced
-        return nbformat.reads(json.dumps(clean_tree(raw)), as_version=4)
+        return nbformat.reads(json.dumps(clean_tree(raw)), as_version=4), limited
     except UnreadableNotebook:
         raise
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise UnreadableNotebook(f"the file is not valid notebook JSON ({error})") from None
     except Exception as error:  # noqa: BLE001 - nbformat's own errors for versions it cannot convert
         raise UnreadableNotebook(f"the notebook cannot be read ({type(error).__name__}: {error})") from None
+
+
+def _keep_own_cells(raw: dict, source: NotebookNode | None, most: int) -> int:
+    """Drop from ``raw`` (notebook JSON, any version) the student's own cells past the first ``most``; their count.
+
+    Anything odd (cells that are not objects, metadata that is not) is left to the parser,
+    counted as the student's own.
+    """
+    cells = [] if source is None else source.cells
+    known = {nbgrader_meta(c)["grade_id"] for c in cells if nbgrader_meta(c).get("grade_id")}
+    unmarked = Counter(c.source for c in cells if not nbgrader_meta(c).get("grade_id"))  # the course's, without id
+    worksheets = raw.get("worksheets")
+    holders = [raw] if "cells" in raw else [w for w in worksheets if isinstance(w, dict)] \
+        if isinstance(worksheets, list) else []
+    own = 0
+
+    def kept(cell) -> bool:
+        nonlocal own
+        grade_id = _raw_grade_id(cell)
+        if grade_id in known:
+            known.discard(grade_id)
+            return True
+        text = _raw_source(cell) if grade_id is None else None
+        if unmarked[text] > 0:
+            unmarked[text] -= 1
+            return True
+        own += 1
+        return own <= most
+
+    for holder in holders:
+        if isinstance(holder.get("cells"), list):
+            holder["cells"] = [cell for cell in holder["cells"] if kept(cell)]
+    return own
+
+
+def _raw_source(cell) -> str | None:
+    """The source of a cell as JSON, joined as nbformat joins it; ``None`` if it has no readable one."""
+    text = cell.get("source", cell.get("input")) if isinstance(cell, dict) else None  # nbformat 3: "input"
+    if isinstance(text, list) and all(isinstance(line, str) for line in text):
+        return "".join(text)
+    return text if isinstance(text, str) else None
+
+
+def _raw_grade_id(cell) -> str | None:
+    """The nbgrader grade id of a cell as JSON, unparsed; ``None`` if it has none (or it is not one)."""
+    meta = cell.get("metadata") if isinstance(cell, dict) else None
+    nbgrader = meta.get("nbgrader") if isinstance(meta, dict) else None
+    grade_id = nbgrader.get("grade_id") if isinstance(nbgrader, dict) else None
+    return grade_id if isinstance(grade_id, str) else None
 
 
 def answer_ids(source: NotebookNode) -> list[str]:
@@ -174,18 +261,22 @@ def parts_of(source: NotebookNode) -> list[GradedCell]:
     return [GradedCell(nbgrader_meta(c)["grade_id"], float(nbgrader_meta(c).get("points", 0))) for c in source.cells if is_test(c)]
 
 
-def assemble(source: NotebookNode, submission: NotebookNode, clearing: dict[str, dict] | None = None) -> Assembled:
+def assemble(source: NotebookNode, submission: NotebookNode, clearing: dict[str, dict] | None = None,
+             code_kb: int | None = None) -> Assembled:
     """The notebook to grade: the source's cells with the submission's answers put in.
 
     ``clearing``: the course's options of nbgrader's clearing (:func:`clearing_options`;
     nbgrader's defaults if ``None``), which say what an unanswered answer cell holds.
+    ``code_kb``: the most of the student's code taken, in KiB of UTF-8 (``None``: all); from
+    the cell that passes it on, the student's cells are left out (:func:`_student_cells`).
 
     Raises:
         BrokenSource: the source cannot be released (:func:`release`).
     """
     released = release(source, clearing)
-    answers, extras, notes = _student_cells(submission, source)
-    cells, roles, checks, shown, unanswered = [], [], {}, {}, {}
+    taken = _student_cells(submission, source, code_kb)
+    answers, extras = taken.answers, taken.extras
+    cells, roles, checks, shown, unanswered, left_out = [], [], {}, {}, {}, {}
 
     def add(cell: NotebookNode, role: str, as_released: NotebookNode | None = None) -> None:
         if role == "test":
@@ -204,7 +295,11 @@ def assemble(source: NotebookNode, submission: NotebookNode, clearing: dict[str,
         if is_answer(cell):
             written = answers.get(grade_id)
             unanswered[grade_id] = written is None or written.strip() == blank.source.strip()
-            cell.source = blank.source if written is None else written
+            cell.source = blank.source if written is None or grade_id in taken.left_out else written
+            if grade_id in taken.left_out:
+                left_out[len(cells)] = (f"not graded: the student's own code passed the {code_kb:,} KiB taken of a "
+                                        "notebook by this answer cell, so it and the student's later cells were left "
+                                        "out (not run)")
             add(cell, "answer")
         else:
             add(cell, "test" if is_test(cell) else "course", blank)
@@ -212,40 +307,82 @@ def assemble(source: NotebookNode, submission: NotebookNode, clearing: dict[str,
             add(_code_cell(extra), "extra")
     notebook = copy.deepcopy(source)
     notebook.cells = cells
-    return Assembled(notebook, parts_of(source), roles, checks, shown, unanswered, notes)
+    limited = taken.limited(code_kb)
+    return Assembled(notebook, parts_of(source), roles, checks, shown, unanswered, taken.notes, left_out, limited)
 
 
-def _student_cells(submission: NotebookNode, source: NotebookNode):
+@dataclass
+class StudentCells:
+    """What :func:`assemble` takes of a submission.
+
+    Attributes:
+        answers: ``{grade_id: source}`` of the answer cells (the first code cell with each id).
+        extras: ``{preceding grade_id or None: [source, ...]}``: code cells without a known id.
+        notes: remarks on anything odd.
+        left_out: the answer ids whose answers are left out (past the code bound).
+        dropped: how many added cells were left out (past the code bound).
+    """
+
+    answers: dict[str, str] = field(default_factory=dict)
+    extras: dict[str | None, list[str]] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    left_out: list[str] = field(default_factory=list)
+    dropped: int = 0
+
+    def limited(self, code_kb: int | None) -> list[str]:
+        """What the code bound left out, in words (``[]``: nothing)."""
+        if not self.left_out and not self.dropped:
+            return []
+        what = [f"answer cell{'s' if len(self.left_out) > 1 else ''} "
+                + ", ".join(f"`{grade_id}`" for grade_id in self.left_out)] if self.left_out else []
+        what += [f"{self.dropped:,} added cell{'s' if self.dropped > 1 else ''}"] if self.dropped else []
+        were = "was" if len(self.left_out) + self.dropped == 1 else "were"
+        return [f"the student's own code passes the {code_kb:,} KiB taken of a notebook: {' and '.join(what)} "
+                f"from there on {were} left out (not run, not shown)"]
+
+
+def _student_cells(submission: NotebookNode, source: NotebookNode, code_kb: int | None = None) -> StudentCells:
     """The student's answers by grade id, and added code cells by the id they follow.
 
-    Returns:
-        ``(answers, extras, notes)``: ``{grade_id: source}`` for answer cells (the first
-        code cell with each id), ``{preceding grade_id or None: [source, ...]}`` for code
-        cells without a known id, and remarks on anything odd.
+    Their code is taken in notebook order up to ``code_kb`` KiB of UTF-8 (``None``: all):
+    from the cell that passes it on, answers and added cells are left out.
     """
     answers_wanted = set(answer_ids(source))
     known_ids = {nbgrader_meta(c).get("grade_id") for c in source.cells} - {None}
     course_code = {c.source for c in source.cells if c.cell_type == "code" and not nbgrader_meta(c).get("grade_id")}
-    answers: dict[str, str] = {}
-    extras: dict[str | None, list[str]] = {}
-    notes: list[str] = []
-    anchor = None
+    taken = StudentCells()
+    spent, anchor = 0, None
+
+    def fits(code: str) -> bool:
+        nonlocal spent
+        spent += len(code.encode("utf-8", "replace"))
+        return code_kb is None or spent <= code_kb * 2**10
+
+    def add_extra(code: str) -> None:
+        if fits(code):
+            taken.extras.setdefault(anchor, []).append(code)
+        else:
+            taken.dropped += 1
+
     for cell in submission.cells:
         grade_id = nbgrader_meta(cell).get("grade_id")
         if grade_id in answers_wanted:
             if cell.cell_type != "code":
-                notes.append(f"answer cell {grade_id} was turned into a {cell.cell_type} cell; graded as unanswered")
-            elif grade_id in answers:  # as nbgrader does: a repeated id is an ordinary cell
-                notes.append(f"grade id {grade_id} appears more than once; later copies run as added cells")
-                extras.setdefault(anchor, []).append(cell.source)
+                taken.notes.append(f"answer cell {grade_id} was turned into a {cell.cell_type} cell; graded as "
+                                   "unanswered")
+            elif grade_id in taken.answers:  # as nbgrader does: a repeated id is an ordinary cell
+                taken.notes.append(f"grade id {grade_id} appears more than once; later copies run as added cells")
+                add_extra(cell.source)
             else:
-                answers[grade_id] = cell.source
+                taken.answers[grade_id] = cell.source
+                if not fits(cell.source):
+                    taken.left_out.append(grade_id)
             anchor = grade_id
         elif grade_id in known_ids:
             anchor = grade_id  # an instructor cell (possibly edited): its source version is used
         elif cell.cell_type == "code" and cell.source.strip() and cell.source not in course_code:
-            extras.setdefault(anchor, []).append(cell.source)  # a cell the student added (or edited)
-    return answers, extras, notes
+            add_extra(cell.source)  # a cell the student added (or edited)
+    return taken
 
 
 def _code_cell(source: str) -> NotebookNode:

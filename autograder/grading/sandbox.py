@@ -84,6 +84,9 @@ class Limits:
         zygote: fork kernels from a warm zygote (``zygote.py``); ``False`` starts each
             kernel from scratch (slower, equally sandboxed).
         gpu_memory_mb: the kernel's memory on each GPU, for ``cuda``; ``None``: ``memory_mb``.
+        added_cells: cells of the student's own read from a notebook (``notebooks.read_bounded``).
+        code_kb: KiB of the student's own code taken from a notebook, answers and added cells
+            in notebook order (``notebooks.assemble``).
     """
 
     cell_seconds: float = 120.0
@@ -96,6 +99,8 @@ class Limits:
     sandbox: bool = True
     zygote: bool = True
     gpu_memory_mb: int | None = None
+    added_cells: int = 200
+    code_kb: int = 256
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from .notebooks import (
     assemble,
     clean_outputs,
     parts_of,
-    read_submission,
+    read_bounded,
 )
 from .reading import Finding, Reading, read
 from .sandbox import Limits
@@ -109,7 +109,9 @@ def grade_submission(source: NotebookNode, path: Path, limits: Limits, key: str,
 
     The checks are those of the chapter named after the notebook (``03_masking.ipynb``:
     ``autograder.ch03_masking``); ``clearing`` is how the course's nbgrader clears the source
-    (``notebooks.clearing_options``).
+    (``notebooks.clearing_options``). Of the submission, at most ``limits.added_cells`` cells
+    of the student's own and ``limits.code_kb`` KiB of the student's code are taken; what
+    is past them is left out, and the notes and the autograded notebook say so.
 
     Raises:
         BrokenSource: the source cannot be released, whatever was submitted.
@@ -117,23 +119,25 @@ def grade_submission(source: NotebookNode, path: Path, limits: Limits, key: str,
     if not path.is_file():
         return all_parts(source, PartStatus.MISSING, f"no notebook {path.name} in the submission")
     try:
-        submission = read_submission(path)
+        submission, unread = read_bounded(path, source, limits.added_cells)
     except UnreadableNotebook as error:
         return all_parts(source, PartStatus.ERROR, str(error))
     try:
-        assembled = assemble(source, submission, clearing)
+        assembled = assemble(source, submission, clearing, limits.code_kb)
     except BrokenSource:
         raise  # the instructor's notebook, not the submission
     except Exception as error:  # noqa: BLE001 - metadata no notebook tool writes: the submission's fault
         return all_parts(source, PartStatus.ERROR, f"the notebook could not be read as an assignment: "
                                                    f"{type(error).__name__}: {error}")
+    assembled.limited[:0] = unread
     chapter = importlib.import_module(f"autograder.ch{path.stem}")
     where = [torch.device("cpu")] + ([torch.device("cuda")] if limits.device == "cuda" else [])
     with open_session(assembled, limits) as session:
         session.run_cells()
         verdicts = judge_test_cells(session, assembled, chapter, limits.cell_seconds, key, where)
     results = [verdict for verdict, _ in verdicts.values()]
-    return Graded(results, autograded(assembled, session.results, verdicts), assembled.unanswered, session.notes())
+    return Graded(results, autograded(assembled, session.results, verdicts), assembled.unanswered,
+                  assembled.limited + session.notes())
 
 
 # --------------------------------------------------------------------------------------
@@ -227,7 +231,9 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
 
     tests = assembled.test_indices()
     start = max([i for i in tests if i < index], default=-1) + 1
-    for answer in range(start, index):  # the part's own answers ran out of time or killed the kernel
+    for answer in range(start, index):  # the part's own answers left out, or they ran out of time or killed the kernel
+        if answer in assembled.left_out:
+            return verdict(PartStatus.ERROR, assembled.left_out[answer])
         if session.results[answer].status.cut_short:
             return verdict(_status_of(session.results[answer]), f"an answer cell: {session.results[answer].message}")
     calls = assembled.checks.get(index, [])
@@ -312,7 +318,8 @@ def autograded(assembled: Assembled, cell_results: list[CellResult],
     Test cells show their visible lines only (hidden tests are taken out of the source) and
     the grader's verdict, never anything the kernel wrote. The other cells keep what they
     printed, as text and PNG or JPEG images only (no HTML, JavaScript or SVG from a
-    submission reaches the feedback pages or the formgrader).
+    submission reaches the feedback pages or the formgrader). An answer the bounds left
+    out says so in its cell, and what they left out is said in a last cell.
     """
     notebook = copy.deepcopy(assembled.notebook)
     for index, cell in enumerate(notebook.cells):
@@ -328,6 +335,11 @@ def autograded(assembled: Assembled, cell_results: list[CellResult],
             cell.outputs = clean_outputs(cell.outputs)
             if cell_results[index].status.cut_short:
                 cell.outputs.append(_note(cell_results[index].message))
+            if index in assembled.left_out:
+                cell.outputs.append(_note(assembled.left_out[index]))
+    if assembled.limited:
+        notebook.cells.append(nbformat.v4.new_markdown_cell(
+            "\n\n".join(f"**[autograder]** {clean(note, controls=True)}" for note in assembled.limited)))
     return notebook
 
 

@@ -144,7 +144,8 @@ def grade(assignment: str, *, course_dir: str | Path = ".", force: bool = False,
                           "notebook_seconds": limits.notebook_seconds, "memory_mb": limits.memory_mb,
                           "processes": limits.processes, "gpu_memory_mb": limits.gpu_memory_mb,
                           "device": limits.device, "sandbox": limits.sandbox,
-                          "max_notebook_mb": settings.max_notebook_mb, "clearing": clearing}, sort_keys=True)
+                          "max_notebook_mb": settings.max_notebook_mb, "added_cells": limits.added_cells,
+                          "code_kb": limits.code_kb, "clearing": clearing}, sort_keys=True)
     fingerprints = {s: _fingerprint(course, assignment, s, source_path, secret, grading) for s in students}
     todo = [s for s in students if force or read_state(course, assignment, s).get("fingerprint") != fingerprints[s]]
     # the zygote this run waits for, starting while it goes on (python -m autograder spawned it first: startup.py)

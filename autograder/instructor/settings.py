@@ -70,6 +70,14 @@ class GradeSettings(Configurable):
                                     "that submission's allocation, not the machine (default: 3072)").tag(config=True)
     max_notebook_mb = Integer(20, min=1, help="the largest submitted notebook read, in MiB; a larger one is refused "
                                               "unread, every part an error (default: 20)").tag(config=True)
+    max_added_cells = Integer(200, min=0,
+                              help="the most cells of a student's own read from a notebook (cells added, of any kind, "
+                                   "and copies of the notebook's); those past it are left out: not run, not shown, "
+                                   "said in the summary and the feedback (default: 200)").tag(config=True)
+    max_code_kb = Integer(256, min=1,
+                          help="the most of a student's own code taken from a notebook, in KiB, answers and added "
+                               "cells in notebook order; from the cell that passes it on, the student's cells are "
+                               "left out, an answer left out an error of its part (default: 256)").tag(config=True)
     secret_file = Unicode(None, allow_none=True,
                           help="the course secret behind the hidden cases; made on first use, keep it out of "
                                f"every repository (default: $AUTOGRADER_SECRET_FILE or {default_path()})").tag(config=True)

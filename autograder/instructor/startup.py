@@ -132,7 +132,8 @@ def requested_limits(settings: GradeSettings, local: bool, device: str | None = 
     threads = max(1, (os.cpu_count() or 1) // settings.workers) if local else 1
     return Limits(cell_seconds=settings.timeout, notebook_seconds=settings.notebook_timeout or 5 * settings.timeout,
                   memory_mb=settings.memory_mb, processes=settings.processes, threads=threads,
-                  device=device or settings.device, sandbox=settings.sandbox, gpu_memory_mb=settings.gpu_memory_mb)
+                  device=device or settings.device, sandbox=settings.sandbox, gpu_memory_mb=settings.gpu_memory_mb,
+                  added_cells=settings.max_added_cells, code_kb=settings.max_code_kb)
 
 
 def _likely_device(device: str) -> str:

@@ -319,9 +319,10 @@ def test_lines_that_are_not_checks_of_an_answer_check_nothing():
 # --------------------------------------------------------------------------------------
 
 
-def graded(submission, *, results: dict[int, CellResult] | None = None, session_class=InProcessSession):
+def graded(submission, *, results: dict[int, CellResult] | None = None, session_class=InProcessSession,
+           code_kb: int | None = None):
     """``({grade id: result}, {grade id: text}, assembled, session)`` of ``submission``, judged here."""
-    assembled = assemble(source_notebook(), submission)
+    assembled = assemble(source_notebook(), submission, code_kb=code_kb)
     session = session_class(assembled)
     session.run_cells()
     for index, result in (results or {}).items():
@@ -498,6 +499,21 @@ def test_an_answer_cell_that_ran_out_of_time_says_so():
     notebook, _ = autograded_of(answered(), results={ANSWER_2: CellResult("timeout", "the cell ran longer than 30 s")})
     assert any("30 s" in o.get("text", "") for o in notebook.cells[ANSWER_2].outputs)
     assert not any("30 s" in o.get("text", "") for o in notebook.cells[ANSWER_1].outputs)
+
+
+def test_an_answer_past_the_code_bound_is_an_error_of_its_part_and_the_notebook_says_what_was_left_out():
+    long_square = RIGHT_SQUARE + "\n# " + "x" * 1500
+    notebook, assembled = autograded_of(answered(padding_mask=long_square), code_kb=1)
+    [error] = errors(notebook.cells[TEST_2])
+    assert error.ename == "error" and "passed the 1 KiB taken of a notebook by this answer cell" in error.evalue
+    assert [o.text for o in notebook.cells[TEST_1].outputs][0].startswith("✔ causal_mask: passed")
+    assert notebook.cells[ANSWER_2].source == release(source_notebook()).cells[ANSWER_2].source, "as released"
+    assert any("[autograder] not graded" in o.get("text", "") for o in notebook.cells[ANSWER_2].outputs)
+    last = notebook.cells[-1]
+    assert last.cell_type == "markdown" and last.source == (
+        "**[autograder]** the student's own code passes the 1 KiB taken of a notebook: answer cell `padding_mask` from "
+        "there on was left out (not run, not shown)")
+    nbformat.validate(notebook)
 
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\nrest of a picture").decode()

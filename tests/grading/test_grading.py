@@ -546,6 +546,21 @@ except OSError:
 """
 
 
+def test_a_notebook_of_many_cells_is_read_up_to_its_bound_and_its_pages_stay_small(graded):
+    """200,000 added cells (before --max-added-cells: a 31 MB autograded notebook, a 76 MB feedback page that took
+    minutes and GBs): the first 200 are read, the run's summary and the notebook say what was left out."""
+    course, _, result, _, _ = graded
+    assert ("many_cells: 200,000 cells added to the notebook, more than the 200 read: the last 199,800 were left out "
+            "(not run, not shown)") in result.stdout, result.stdout
+    path = notebook(course / "autograded" / "many_cells", A)
+    cells = load(path)["cells"]
+    assert len(cells) == len(load(notebook(course / "solutions", A))["cells"]) + 200 + 1 and path.stat().st_size < 2**17
+    assert cells[-1]["cell_type"] == "markdown" and "the last 199,800 were left out" in "".join(cells[-1]["source"])
+    nbgrader(course, "generate_feedback", A, "--student", "many_cells")
+    page = course / "feedback" / "many_cells" / A / f"{A}.html"
+    assert page.stat().st_size < 4 * 2**20 and "the last 199,800 were left out" in page.read_text()
+
+
 def test_an_oversized_notebook_is_refused_with_its_size_and_the_limit(graded):
     course, _, _, _, _ = graded
     message = read_rows(course)[("oversized_notebook", "test_window_mask")]["message"]

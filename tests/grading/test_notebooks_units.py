@@ -16,7 +16,14 @@ import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 from traitlets.config import Config
 
-from autograder.grading.notebooks import BrokenSource, assemble, clearing_options, release
+from autograder.grading.notebooks import (
+    BrokenSource,
+    assemble,
+    clearing_options,
+    read_bounded,
+    read_submission,
+    release,
+)
 from autograder.grading.sandbox import Limits
 from autograder.grading.verdict import grade_submission
 
@@ -177,3 +184,55 @@ def test_a_broken_source_is_the_instructors_error_not_a_submissions(tmp_path):
     broken = source_notebook(answer="def double(x):\n    ### BEGIN SOLUTION\n    return 2 * x")
     with pytest.raises(BrokenSource, match="cell 2 [(]double[)]"):
         grade_submission(broken, path, Limits(sandbox=False), key="unused")
+
+
+# --------------------------------------------------------------------------------------
+# What is taken of a submission: bounded in cells and in code
+# --------------------------------------------------------------------------------------
+
+
+def test_cells_of_the_students_own_past_the_bound_are_not_read_and_the_rest_is(tmp_path):
+    """Added cells of any kind and copies of the source's count; the source's cells are read wherever they are."""
+    student = submission("def double(x):\n    return x + x")
+    answer, test = student.cells[1], student.cells[2]
+    copied = new_code_cell(test.source, metadata=test.metadata)
+    added = [new_code_cell(f"x = {i}") for i in range(6)] + [new_markdown_cell("a note")]
+    student.cells = [student.cells[0], *added, answer, test, copied, new_code_cell("double = None")]
+    path = tmp_path / "doubling.ipynb"
+    path.write_text(json.dumps(student))
+    read, limited = read_bounded(path, source_notebook(), added_cells=4)
+    assert [c.source for c in read.cells] == ["# Doubling", "x = 0", "x = 1", "x = 2", "x = 3", answer.source,
+                                             test.source]
+    assert limited == ["9 cells added to the notebook, more than the 4 read: the last 5 were left out (not run, "
+                       "not shown)"]
+    assert read_bounded(path, source_notebook(), added_cells=9) == (read_submission(path), [])
+    assert len(read_bounded(path)[0].cells) == 12, "without a bound, every cell is read"
+
+
+def test_the_bound_on_cells_holds_for_an_nbformat_3_notebook(tmp_path):
+    cell = {"cell_type": "code", "collapsed": False, "language": "python", "outputs": [], "metadata": {}}
+    v3 = {"metadata": {"name": ""}, "nbformat": 3, "nbformat_minor": 0, "worksheets": [
+        {"metadata": {}, "cells": [{**cell, "input": f"x = {i}"} for i in range(3)]},
+        {"metadata": {}, "cells": [{**cell, "input": f"y = {i}"} for i in range(3)]}]}
+    path = tmp_path / "old.ipynb"
+    path.write_text(json.dumps(v3))
+    read, limited = read_bounded(path, source_notebook(), added_cells=4)
+    assert [c.source for c in read.cells] == ["x = 0", "x = 1", "x = 2", "y = 0"] and "the last 2" in limited[0]
+
+
+def test_code_past_its_bound_is_left_out_from_the_cell_that_passes_it():
+    """1 KiB: the added cell before the answer fits, the answer passes it, so it and the later cells are left out."""
+    padding = "# " + "x" * 600 + "\n"
+    student = submission(padding + "def double(x):\n    return x + x")
+    student.cells[1:1] = [new_code_cell(padding + "y = 1")]
+    student.cells.append(new_code_cell("z = 2"))
+    assembled = assemble(source_notebook(), student, code_kb=1)
+    assert [c.source for c in assembled.notebook.cells[1:]] == [padding + "y = 1", release(source_notebook()).cells[1].source,
+                                                                TEST], "the stub as released, no later cell"
+    assert assembled.roles == ["course", "extra", "answer", "test"]
+    assert list(assembled.left_out) == [2] and "passed the 1 KiB taken of a notebook" in assembled.left_out[2]
+    assert assembled.unanswered == {"double": False}, "answered, and left out"
+    assert assembled.limited == ["the student's own code passes the 1 KiB taken of a notebook: answer cell `double` and "
+                                 "1 added cell from there on were left out (not run, not shown)"]
+    whole = assemble(source_notebook(), student, code_kb=2)
+    assert (whole.left_out, whole.limited, whole.roles.count("extra")) == ({}, [], 2)
