@@ -82,19 +82,26 @@ _Q, _K, _D, _H = 256, 256, 1024, 4
 ADDITIVE_MEMORY_BYTES = 32 * 2**20
 
 
-def _wide_inputs(seed: int) -> list[Call]:
+def wide_inputs(seed: int) -> tuple[torch.Tensor, ...]:
+    """The memory probe's inputs, drawn from ``seed``: queries ``(256, 1024)``, keys ``(256, 1024)``, ``W_q`` and
+    ``W_k`` ``(1024, 4)``, ``w_v`` ``(4,)``. They are drawn where the answer runs, so that the request carries a
+    seed, not 2 MiB of inputs, and the call's memory is the answer's own."""
     g = torch.Generator().manual_seed(seed)
-    args = tuple(torch.randn(*shape, generator=g) / shape[0] ** 0.5
+    return tuple(torch.randn(*shape, generator=g) / shape[0] ** 0.5
                  for shape in ((_Q, _D), (_K, _D), (_D, _H), (_D, _H), (_H,)))
-    return [Call(f"queries ({_Q}, {_D}), keys ({_K}, {_D}), hidden size h = {_H}", args)]
+
+
+def _wide_calls(seed: int) -> list[Call]:
+    return [Call(f"queries ({_Q}, {_D}), keys ({_K}, {_D}), hidden size h = {_H}, drawn from seed {seed}", (seed,))]
 
 
 def _expect_small_memory(case: Case, args, kwargs, peak) -> None:
-    """The call's working memory stays far below the ``(q, k, d)`` broadcast."""
+    """The call's working memory stays far below the ``(q, k, d)`` broadcast. (The message gives no measured figure:
+    a grade must read the same when the notebook is graded again.)"""
     mib = 2**20
     case.check(
         int(peak) <= ADDITIVE_MEMORY_BYTES,
-        f"took {peak / mib:.0f} MiB of working memory; it may take {ADDITIVE_MEMORY_BYTES / mib:.0f} MiB. With "
+        f"took more than the {ADDITIVE_MEMORY_BYTES / mib:.0f} MiB of working memory it may take. With "
         f"q = k = {_Q}, d = {_D} and h = {_H}, the (q, k, h) features take {_Q * _K * _H * 4 / mib:.0f} MiB and a "
         f"(q, k, d) broadcast {_Q * _K * _D * 4 / mib:.0f} MiB: project queries and keys to h features first, then "
         "broadcast",
@@ -106,8 +113,9 @@ def _same_scores(case: Case, result, expected) -> None:
 
 
 #: Memory, measured from outside the answer's process at grading, on the judge's inputs; the scores must be right.
-SMALL_MEMORY = Probe("memory", lambda: _wide_inputs(0), lambda fn: fn, _expect_small_memory, decides=True,
-                     hidden=_wide_inputs, compare=_same_scores, memory=ADDITIVE_MEMORY_BYTES)
+SMALL_MEMORY = Probe("memory", lambda: _wide_calls(0), lambda fn: lambda seed: fn(*wide_inputs(seed)),
+                     _expect_small_memory, decides=True, hidden=_wide_calls, compare=_same_scores,
+                     memory=ADDITIVE_MEMORY_BYTES)
 ADDITIVE = Part("additive_scores", CHAPTER, arguments=("queries", "keys", "W_q", "W_k", "w_v"), probes=(SMALL_MEMORY,))
 
 

@@ -213,9 +213,9 @@ def _dropout_inputs(seed: int) -> list[Call]:
     g = torch.Generator().manual_seed(seed)
     weights = {name: torch.randn(16, 16, generator=g) / 4 for name in PROJECTIONS}
     x, x2 = torch.randn(2, 12, 16, generator=g), torch.randn(2, 12, 16, generator=g)
-    seeds = tuple(torch.randint(0, 2**31, (2,), generator=g).tolist())
-    return [Call(f"MultiHeadAttention(16, 4, dropout=0.5), inputs (2, 12, 16), generator seeds {seeds[0]} and "
-                 f"{seeds[1]}", (weights, x, x2, seeds))]
+    seeds = torch.randint(0, 2**31, (2,), generator=g)  # (2,): a tensor, never counted as a size
+    return [Call(f"MultiHeadAttention(16, 4, dropout=0.5), inputs (2, 12, 16), generator seeds {seeds[0].item()} and "
+                 f"{seeds[1].item()}", (weights, x, x2, seeds))]
 
 
 def _dropout_of(cls):
@@ -234,7 +234,7 @@ def _dropout_of(cls):
         _load(identity, {name: torch.eye(16) for name in PROJECTIONS})
         identity.train()
         with torch.no_grad(), torch.random.fork_rng():
-            torch.manual_seed(seeds[0])
+            torch.manual_seed(seeds[0].item())
             seen["ones"] = identity(x2, x2, torch.ones(2, 12, 16))
         return seen
 

@@ -55,9 +55,9 @@ def _dropout_inputs(seed: int) -> list[Call]:
     """Inputs ``(2, 20, 16)`` and two seeds of the generator, drawn from ``seed``."""
     g = torch.Generator().manual_seed(seed)
     X = torch.randn(2, 20, 16, generator=g)
-    seeds = tuple(torch.randint(0, 2**31, (2,), generator=g).tolist())
-    return [Call(f"PositionalEncoding(16, dropout=0.5, max_len=50) on X (2, 20, 16), generator seeds {seeds[0]} and "
-                 f"{seeds[1]}", (X, seeds))]
+    seeds = torch.randint(0, 2**31, (2,), generator=g)  # (2,): a tensor, never counted as a size
+    return [Call(f"PositionalEncoding(16, dropout=0.5, max_len=50) on X (2, 20, 16), generator seeds {seeds[0].item()} and "
+                 f"{seeds[1].item()}", (X, seeds))]
 
 
 def _dropout_of(cls):

@@ -12,7 +12,7 @@ A part's points rest only on what the judge establishes itself:
   computed here (each case on the CPU, and on CUDA when present; a deciding probe's call);
 * what is measured from outside the answer's process: the working memory of a call (the
   kernel's cgroup at grading) and its time (the kernel's CPU time);
-* at grading, the code handed in, read by the grader (``grading/tampering.py``: library
+* at grading, the code handed in, read by the grader (``grading/reading.py``: library
   attention, and code beyond a static reading).
 
 What the answer's process reports about itself (the library attention it saw called, its
@@ -427,7 +427,7 @@ def _expect_an_answer(case: Case, reply: Reply) -> None:
 
 def _expect_own_code(case: Case, reply: Reply) -> None:
     """Advice: the module the answer's process says the answer comes from is not the autograder's (the grader
-    reads the code handed in for the course's own code where that decides, ``grading/tampering.py``)."""
+    reads the code handed in for the course's own code where that decides, ``grading/reading.py``)."""
     if reply.module.startswith("autograder"):
         case.fail(f"is from the autograder package (`{excerpt(reply.module, limit=60)}`); write your own "
                   "implementation in the notebook")

@@ -141,7 +141,7 @@ class Part:
         meta: replay each call on the ``meta`` device.
         forbid_library: the part's points are for implementing it, not for delegating it to
             library attention: at grading the grader reads the code handed in for library
-            attention the answer can reach (``grading/tampering.py``) and withholds the points,
+            attention the answer can reach (``grading/reading.py``) and withholds the points,
             or marks the part "needs a look" where the code is beyond a static reading; in the
             answer's process the calls are watched too, as advice.
         depends_on: ``{global name: what stands in for it}`` for what the answer calls by
