@@ -437,9 +437,9 @@ def summary(report: GradeReport) -> str:
                      "(the CSV's auto_score column keeps the grader's)")
     flagged = sorted({row["student"] for row in report.rows if row["status"] == PartStatus.NEEDS_A_LOOK})
     if flagged:
-        lines.append(f"{len(flagged)} submissions need a look (their own cells tamper with the course's code, the "
-                     "kernel or PyTorch's private entry points; points withheld on the parts the kernel reports on, "
-                     "each message says where): " + clean(", ".join(flagged), controls=True))
+        lines.append(f"{len(flagged)} submissions need a look (their own cells hold code the grader's reading cannot "
+                     "see past, or a measurement this machine cannot make; points withheld on the parts that rest on "
+                     "it, each message says where): " + clean(", ".join(flagged), controls=True))
     if report.notes:
         lines.append("what submissions did to the grader (each held to its own limits; the rest of the class is "
                      "graded as usual): " + "; ".join(clean(f"{student}: {', '.join(notes)}", controls=True)
