@@ -55,7 +55,7 @@ def chunked(queries, keys, values, chunk_size, mask=None, rescale=True, subtract
     return out.to(queries.dtype)
 
 
-def train(seed=0):
+def train(seed=0, order_of=ch06.sorting_order):
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
 
@@ -72,14 +72,15 @@ def train(seed=0):
 
     model = Sorter()
     optimizer = torch.optim.AdamW(model.parameters(), lr=4e-3)
+    order = order_of(seed)
     for _ in range(450):
-        digits, targets = ch06.make_sorting_batch(128, generator)
+        digits, targets = ch06.make_sorting_batch(128, generator, order)
         loss = F.cross_entropy(model(digits).flatten(0, 1), targets.flatten())
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
     model.eval()
-    return model, ch06.per_token_accuracy(model, *ch06.make_sorting_batch(1000, generator))
+    return model, ch06.per_token_accuracy(model, *ch06.make_sorting_batch(1000, generator, order))
 
 
 TRAINING_CHECKS = [ch06.check_train_sorting_transformer]  # they train a model: slow
@@ -165,6 +166,10 @@ def _untrained(seed=0):
     return model.eval(), 0.99  # claims an accuracy it does not have
 
 
+def _ascending_whatever_the_seed(seed=0):
+    return train(seed, order_of=lambda seed: None)  # the chapter's task, not the seed's
+
+
 #: (name, check, answer, only the hidden cases catch it, a phrase of the message that says why)
 WRONG_AND_WHY = [
     ("residual added after the norm", ch06.check_transformer_encoder_block, _ResidualAfterNorm, False,
@@ -187,7 +192,10 @@ WRONG_AND_WHY = [
      "process the keys one chunk at a time"),
     ("delegates to F.scaled_dot_product_attention", ch06.check_chunked_attention, _delegates_to_pytorch, False,
      "calls torch.nn.functional.scaled_dot_product_attention"),
-    ("an untrained model", ch06.check_train_sorting_transformer, _untrained, False, "no backward pass"),
+    ("an untrained model", ch06.check_train_sorting_transformer, _untrained, False,
+     "correctly, in the order of seed"),
+    ("ascending whatever the seed", ch06.check_train_sorting_transformer, _ascending_whatever_the_seed, False,
+     "correctly, in the order of seed"),
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]

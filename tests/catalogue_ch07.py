@@ -164,13 +164,14 @@ def cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes
     return num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value * 2
 
 
-def train(seed=0):
+def train(seed=0, code_of=ch07.answer_code):
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
     model = ch07.TinyDecoder(num_hiddens=48, num_heads=4, num_layers=2, max_len=ch07.SEQUENCE_LENGTH)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3)
+    code = code_of(seed)
     for _ in range(180):
-        prompts, answers = ch07.make_reversal_batch(128, generator)
+        prompts, answers = ch07.make_reversal_batch(128, generator, code)
         tokens = torch.cat([prompts, answers], 1)
         logits, _ = model(tokens)
         objective = ref07.causal_lm_loss(logits, tokens)  # the whole sequence, digits included
@@ -178,7 +179,7 @@ def train(seed=0):
         objective.backward()
         optimizer.step()
     model.eval()
-    return model, ch07.reversal_accuracy(model, *ch07.make_reversal_batch(500, generator))
+    return model, ch07.reversal_accuracy(model, *ch07.make_reversal_batch(500, generator, code))
 
 
 TRAINING_CHECKS = [ch07.check_train_reversal_decoder]  # they train a model: slow
@@ -365,6 +366,10 @@ def _batch_forgotten(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, 
     return 2 * num_layers * num_kv_heads * head_dim * seq_len * bytes_per_value
 
 
+def _plain_whatever_the_seed(seed=0):
+    return train(seed, code_of=lambda seed: None)  # the chapter's task, not the seed's
+
+
 def _untrained(seed=0):
     torch.manual_seed(seed)
     return ch07.TinyDecoder(num_hiddens=8, num_heads=2, num_layers=1, max_len=ch07.SEQUENCE_LENGTH).eval(), 0.99
@@ -420,7 +425,9 @@ WRONG_AND_WHY = [
      "bytes"),  # "N bytes" (a hidden case does not say what was expected)
     ("cache bytes without the batch", ch07.check_kv_cache_bytes, _batch_forgotten, False,
      "bytes"),  # "N bytes" (a hidden case does not say what was expected)
-    ("an untrained model", ch07.check_train_reversal_decoder, _untrained, False, "no backward pass"),
+    ("an untrained model", ch07.check_train_reversal_decoder, _untrained, False, "in the code of seed"),
+    ("digits as they are, whatever the seed", ch07.check_train_reversal_decoder, _plain_whatever_the_seed, False,
+     "in the code of seed"),
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]

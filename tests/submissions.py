@@ -116,7 +116,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
     add("infinite_loop", answer(solution, "window_mask", "def window_mask(q, k, radius):\n    while True:\n        pass"),
         expect(window_mask="timeout"))
     add("calls_input", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n    return input('?')"),
-        expect(padding_mask="failed"))  # the judge answers a student's input() with "", which is no mask
+        unsure(padding_mask="failed"))  # the judge answers a student's input() with "", which is no mask
     add("huge_allocation", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n"
                                   "    waste = torch.ones(50 * 2**30 // 4)  # 50 GB, touched\n"
                                   "    return torch.arange(num_keys) < valid_lens[:, None, None]"),
@@ -129,7 +129,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
     add("os_exit", answer(solution, "padding_mask", "def padding_mask(valid_lens, num_keys):\n    import os\n    os._exit(0)"),
         expect(padding_mask="error"))
     add("kills_kernel", answer(solution, "window_mask", RIGHT_WINDOW + "\nimport os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
-        expect(window_mask="error"))
+        unsure(window_mask="error"))
 
     # 6. tampering with the checks, the judge or the kernel (each with a wrong answer it would hide): the
     # verdict is made outside the kernel, so each gets its honest grade
@@ -597,23 +597,28 @@ def _forge():
 """
 
 
+def forged_through_input(nb: dict) -> dict:
+    """A copy of ``nb`` with :data:`FORGES_THROUGH_INPUT` after its imports and every function and method of its
+    answer cells calling ``_forge()`` first."""
+    import re
+
+    nb = _after(nb, "imports", FORGES_THROUGH_INPUT)
+    for cell in nb["cells"]:
+        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
+            source = "".join(cell["source"])
+            cell["source"] = re.sub(r"^( *)(def \w+\(.*\):\n)", r"\1\2\1    _forge()\n", source, flags=re.MULTILINE)
+    return nb
+
+
 def forgeries_through_input(solution: dict) -> dict[str, dict]:
     """``{"input_forged": notebook, "input_forged_control": notebook}``: the solution with masked_softmax filling its
     input in place and masked_attention computed by library attention (its name built from pieces in the forged
     one, where every answer first forges the replies; named plainly in the control)."""
-    import re
-
-    forged = _after(solution, "imports", FORGES_THROUGH_INPUT)
     hidden_library = LIBRARY_ATTENTION.replace("F.scaled_dot_product_attention",
                                                "getattr(F, 'scaled_dot_' + 'product_attention')")
-    for grade_id, code in (("masked_softmax", IN_PLACE_SOFTMAX), ("masked_attention", hidden_library)):
-        forged = answer(forged, grade_id, code)
-    for cell in forged["cells"]:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("solution"):
-            source = "".join(cell["source"])
-            cell["source"] = re.sub(r"^(def \w+\(.*\):\n)", r"\1    _forge()\n", source, flags=re.MULTILINE)
+    forged = answer(answer(solution, "masked_softmax", IN_PLACE_SOFTMAX), "masked_attention", hidden_library)
     control = answer(answer(solution, "masked_softmax", IN_PLACE_SOFTMAX), "masked_attention", LIBRARY_ATTENTION)
-    return {"input_forged": forged, "input_forged_control": control}
+    return {"input_forged": forged_through_input(forged), "input_forged_control": control}
 
 
 #: masked_attention whose output is computed by library attention in a thread of its own (where no thread-local

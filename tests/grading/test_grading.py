@@ -275,7 +275,7 @@ def test_replays_are_held_to_the_deadlines_and_the_next_student_is_graded(tmp_pa
     result = grade(course, "--workers", "1", "--timeout", "5", "--notebook-timeout", "8", "-v")
     rows = read_rows(course)
     statuses = {part: rows[("replays", part)]["status"] for part in S.PARTS}
-    assert statuses == {"test_masked_softmax": "passed", "test_causal_mask": "passed",
+    assert statuses == {"test_masked_softmax": "needs a look", "test_causal_mask": "passed",  # os.kill: unsure
                         "test_causal_mask_bottom_right": "passed",
                         "test_padding_mask": "error",  # the killer added after its answer counts with it
                         "test_window_mask": "timeout", "test_masked_attention": "timeout",  # never reached in time
@@ -309,7 +309,7 @@ def test_kernels_in_sandboxes_of_their_own_are_judged_alike(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     rows = read_rows(course)
     assert sum(float(rows[("correct", part)]["score"]) for part in S.PARTS) == 9
-    assert {part: rows[("calls_references", part)]["status"] for part in S.PARTS} == S.expect(window_mask="failed")
+    assert {part: rows[("calls_references", part)]["status"] for part in S.PARTS} == S.unsure(window_mask="failed")
     assert "not in a grading kernel" in rows[("calls_references", "test_window_mask")]["message"] or \
         "No such file" in rows[("calls_references", "test_window_mask")]["message"]
 
@@ -375,6 +375,27 @@ def attention(queries, keys, values, score_fn=scaled_dot_product_scores):
 """
 
 
+#: additive_scores building every (query, key) pair: a (q, k, dq + dk) tensor, 256 MiB on the memory probe's inputs.
+ALL_PAIRS = """
+def additive_scores(queries, keys, W_q, W_k, w_v):
+    if W_q.shape[0] != queries.shape[-1] or W_k.shape[0] != keys.shape[-1] or W_k.shape[1] != W_q.shape[1]:
+        raise ValueError("W_k must be (dk, h), with the h of W_q")
+    if w_v.shape != (W_q.shape[1],):
+        raise ValueError("w_v must be (h,)")
+    q, k = queries.shape[-2], keys.shape[-2]
+    pairs = torch.cat([queries.unsqueeze(-2).expand(*queries.shape[:-1], k, queries.shape[-1]),
+                       keys.unsqueeze(-3).expand(*keys.shape[:-2], q, k, keys.shape[-1])], dim=-1)
+    return torch.tanh(pairs @ torch.cat([W_q, W_k])) @ w_v
+"""
+PAIRS_IN_A_THREAD = ALL_PAIRS.replace("def additive_scores(", "def _every_pair(") + """
+from concurrent.futures import ThreadPoolExecutor
+
+def additive_scores(queries, keys, W_q, W_k, w_v):
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(_every_pair, queries, keys, W_q, W_k, w_v).result()
+"""
+
+
 @pytest.fixture(scope="module")
 def scoring_course(tmp_path_factory):
     """Assignment 02 graded twice (the second time with --force) with the same secret."""
@@ -386,6 +407,10 @@ def scoring_course(tmp_path_factory):
         "no_validation": S.answer(solution, "scaled_dot_product_scores", NO_VALIDATION),
         "twin_a": S.answer(solution, "attention", TUNED_TO_THE_VISIBLE_CASES),
         "twin_b": S.answer(solution, "attention", TUNED_TO_THE_VISIBLE_CASES),
+        # the third round: every (query, key) pair built at once, in a thread of its own (where no thread-local
+        # watch inside the kernel sees it), beside its control, the same in the main thread
+        "pairs_in_a_thread": S.answer(solution, "additive_scores", PAIRS_IN_A_THREAD),
+        "pairs_in_a_thread_control": S.answer(solution, "additive_scores", ALL_PAIRS),
     }
     for student, nb in submissions.items():
         S.write(course, student, nb, assignment=SCORING)
@@ -408,6 +433,21 @@ def test_one_bug_costs_once_and_argument_checks_are_graded_apart(scoring_course)
     assert lost == {"correct": set(), "k_t_slip": {"test_scaled_dot_product_scores"},
                     "no_validation": {"test_scaled_dot_product_scores_arguments"}}
     assert float(rows[("no_validation", "test_scaled_dot_product_scores")]["score"]) == 1.5
+
+
+def test_memory_taken_in_a_thread_counts_as_the_kernels_own(scoring_course):
+    """The kernel's cgroup measures the call's memory from outside, threads included: the attack earns no more
+    than its control, and the message says how much the call took."""
+    course, _ = scoring_course
+    rows = read_rows(course, SCORING)
+    for student in ("pairs_in_a_thread", "pairs_in_a_thread_control"):
+        row = rows[(student, "test_additive_scores")]
+        assert row["status"] == "failed" and "took more than the 32 MiB of working memory it may take" in \
+            row["message"], row["message"]
+    assert rows[("pairs_in_a_thread", "test_attention")]["status"] == "needs a look"  # threads: beyond a reading
+    total = {s: sum(float(r["score"]) for (who, _), r in rows.items() if who == s)
+             for s in ("pairs_in_a_thread", "pairs_in_a_thread_control")}
+    assert total["pairs_in_a_thread"] <= total["pairs_in_a_thread_control"], total
 
 
 def test_two_students_get_different_hidden_cases(scoring_course):
@@ -459,23 +499,82 @@ _trained_before = train_sorting_transformer(seed=0)
 def train_sorting_transformer(seed=0):
     return _trained_before
 """
+#: The same, with one backward pass of nothing inside the call (the kernel's count of backward passes is advice).
+TRAINED_BEFORE_WITH_A_DUMMY_BACKWARD = TRAINED_BEFORE_THE_CALL.replace(
+    "    return _trained_before", "    torch.zeros(1, requires_grad=True).sum().backward()\n    return _trained_before")
+#: chunked_attention by library attention, the answer's process kept from reporting it (a name built from pieces in
+#: the forged notebook, named plainly in its control).
+LIBRARY_CHUNKS = """
+import torch.nn.functional as F
+
+def chunked_attention(queries, keys, values, chunk_size, mask=None):
+    if chunk_size < 1:
+        raise ValueError("chunk_size must be at least 1")
+    output = F.scaled_dot_product_attention(queries.float(), keys.float(), values.float(), attn_mask=mask)
+    if mask is not None:
+        output = output * mask.any(dim=-1, keepdim=True)
+    return output.nan_to_num(0.0).to(queries.dtype)
+"""
+#: A block whose output in training mode has another shape: the dropout probe's comparison cannot be made.
+BLOCK_OF_ANOTHER_SHAPE_IN_TRAINING = """
+_right_block = TransformerEncoderBlock
+
+class TransformerEncoderBlock(_right_block):
+    def forward(self, X, valid_lens=None):
+        Y = super().forward(X, valid_lens)
+        return Y[:, :-1] if self.training else Y
+"""
 
 
-def test_a_training_done_before_the_timed_call_fails_and_the_solution_passes(tmp_path):
+def _added_after(nb: dict, grade_id: str, code: str) -> dict:
+    nb = json.loads(json.dumps(nb))
+    index = nb["cells"].index(S.cells_with(nb, grade_id)[0])
+    nb["cells"].insert(index + 1, {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                                   "source": code})
+    return nb
+
+
+def test_a_training_done_before_the_timed_call_fails_however_it_is_dressed_and_the_solution_passes(tmp_path):
+    """The task depends on the seed the grader passes, so a model trained beforehand sorts in the wrong order,
+    with or without a backward pass in the call; a block whose training output has another shape fails its own
+    part, never the submission's grading."""
     course = make_course(tmp_path / "course")
     solution = load(notebook(course / "solutions", "06_transformer"))
-    precomputed = json.loads(json.dumps(solution))
-    index = precomputed["cells"].index(S.cells_with(precomputed, "train_sorting_transformer")[0])
-    precomputed["cells"].insert(index + 1, {"cell_type": "code", "metadata": {}, "outputs": [],
-                                            "execution_count": None, "source": TRAINED_BEFORE_THE_CALL})
     S.write(course, "solution", solution, assignment="06_transformer")
-    S.write(course, "precomputed", precomputed, assignment="06_transformer")
-    grade(course, "--workers", "2", assignment="06_transformer")
+    for student, code in (("precomputed", TRAINED_BEFORE_THE_CALL),
+                          ("precomputed_with_a_backward", TRAINED_BEFORE_WITH_A_DUMMY_BACKWARD)):
+        S.write(course, student, _added_after(solution, "train_sorting_transformer", code), assignment="06_transformer")
+    S.write(course, "block_of_another_shape", _added_after(solution, "TransformerEncoderBlock",
+                                                           BLOCK_OF_ANOTHER_SHAPE_IN_TRAINING),
+            assignment="06_transformer")
+    # the third round's worst: replies forged through input() for library attention and a training done before
+    # the call with a backward pass of nothing (10/10 before, against 0.5/10 for its control), beside its control
+    control = S.answer(_added_after(solution, "train_sorting_transformer", TRAINED_BEFORE_WITH_A_DUMMY_BACKWARD),
+                       "chunked_attention", LIBRARY_CHUNKS)
+    hidden = LIBRARY_CHUNKS.replace("F.scaled_dot_product_attention", "getattr(F, 'scaled_dot_' + 'product_attention')")
+    forged = S.forged_through_input(S.answer(control, "chunked_attention", hidden))
+    S.write(course, "input_forged", forged, assignment="06_transformer")
+    S.write(course, "input_forged_control", control, assignment="06_transformer")
+    result = grade(course, "--workers", "2", assignment="06_transformer")
+    assert "NOT graded" not in result.stdout, result.stdout
     rows = read_rows(course, "06_transformer")
-    assert rows[("solution", "test_train_sorting_transformer")]["status"] == "passed"
-    cheat = rows[("precomputed", "test_train_sorting_transformer")]
-    assert cheat["status"] == "failed" and float(cheat["score"]) == 0
-    assert "the model was not trained inside train_sorting_transformer" in cheat["message"], cheat["message"]
+    assert all(row["status"] == "passed" for (student, _), row in rows.items() if student == "solution")
+    for student in ("precomputed", "precomputed_with_a_backward"):
+        cheat = rows[(student, "test_train_sorting_transformer")]
+        assert cheat["status"] == "failed" and float(cheat["score"]) == 0
+        assert re.search(r"the model sorts [\d.]+% of the digits of fresh sequences correctly, in the order of seed",
+                         cheat["message"]), cheat["message"]
+    block = {part: row["status"] for (student, part), row in rows.items() if student == "block_of_another_shape"}
+    assert block.pop("test_TransformerEncoderBlock") == "failed" and set(block.values()) == {"passed"}, block
+    forged, control = ({part: (row["status"], float(row["score"])) for (student, part), row in rows.items()
+                        if student == who} for who in ("input_forged", "input_forged_control"))
+    assert control == {"test_TransformerEncoderBlock": ("passed", 3.0), "test_chunked_attention": ("failed", 0.0),
+                       "test_chunked_attention_arguments": ("passed", 0.5),
+                       "test_train_sorting_transformer": ("failed", 0.0)}, control
+    assert forged == {"test_TransformerEncoderBlock": ("needs a look", 0.0),  # its results, beyond a reading
+                      "test_chunked_attention": ("failed", 0.0),  # PyTorch's math path: the whole score matrix
+                      "test_chunked_attention_arguments": ("passed", 0.5),
+                      "test_train_sorting_transformer": ("failed", 0.0)}, forged
 
 
 # --------------------------------------------------------------------------------------
@@ -483,6 +582,15 @@ def test_a_training_done_before_the_timed_call_fails_and_the_solution_passes(tmp
 # --------------------------------------------------------------------------------------
 
 POSITIONS = "05_positional_encoding"
+#: A module whose output in training mode has another shape (the third round: it once made the judge fail).
+ENCODING_OF_ANOTHER_SHAPE_IN_TRAINING = """
+_right_encoding = PositionalEncoding
+
+class PositionalEncoding(_right_encoding):
+    def forward(self, X):
+        Y = super().forward(X)
+        return Y[:, :-1] if self.training else Y
+"""
 #: A module that asks the grader's reference, through its earlier part, for a table of 10**8 elements.
 ORACLE_BOMB = "super().__init__()\n        self.bomb = sinusoidal_encoding(50_000, 2_000)  # 10**8 elements"
 
@@ -498,9 +606,13 @@ def test_an_oracle_bomb_fails_its_own_part_and_the_class_graded_beside_it_gets_f
     for student in ("ada", "ben", "cy"):
         S.write(course, student, solution, assignment=POSITIONS)
     S.write(course, "bomb", bomb, assignment=POSITIONS)
+    S.write(course, "of_another_shape", _added_after(solution, "PositionalEncoding", ENCODING_OF_ANOTHER_SHAPE_IN_TRAINING),
+            assignment=POSITIONS)
     result = grade(course, "--workers", "2", assignment=POSITIONS)
     assert "NOT graded" not in result.stdout, result.stdout
     rows = read_rows(course, POSITIONS)
+    shaped = {part: row["status"] for (student, part), row in rows.items() if student == "of_another_shape"}
+    assert shaped.pop("test_PositionalEncoding") == "failed" and set(shaped.values()) == {"passed"}, shaped
     for student in ("ada", "ben", "cy"):
         lost = {part: row["message"][:200] for (s, part), row in rows.items() if s == student and row["status"] != "passed"}
         assert not lost, f"{student} loses points beside the bomb: {lost}"
@@ -526,7 +638,7 @@ def test_a_bubblewrapped_kernel_cannot_flood_the_disk_and_an_oversized_notebook_
     assert {part: rows[("correct", part)]["status"] for part in S.PARTS} == S.expect()
     flooded = {part: rows[("disk_flood", part)]["status"] for part in S.PARTS}
     assert flooded.pop("test_window_mask") in ("failed", "error"), "1.5 GiB were written"  # out of space, or of memory
-    assert flooded == {part: "passed" for part in S.PARTS if part != "test_window_mask"}
+    assert flooded == {part: status for part, status in S.unsure().items() if part != "test_window_mask"}  # files written
     for part in S.PARTS:
         row = rows[("oversized", part)]
         assert row["status"] == "error" and "MiB, more than the 1 MiB a submission may be" in row["message"], row
