@@ -361,12 +361,8 @@ def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
                                               f"(checks.sorting_order({seed})); it needs {REQUIRED_ACCURACY:.0%}")
 
 
-def _expect_trained_in_the_call(case: Case, args, kwargs, result) -> None:
-    expect_backward_passes(case, result[2])
-
-
 SORTING = Part("train_sorting_transformer", CHAPTER, adapt=_predictions_on, extra=_expect_accurate_in_time,
-               advise=_expect_trained_in_the_call, on_devices=False, meta=False, compare_with_reference=False,
+               advise=expect_backward_passes, on_devices=False, meta=False, compare_with_reference=False,
                depends_on={"TransformerEncoderBlock": FallbackEncoderBlock,
                            "MultiHeadAttention": FallbackMultiHeadAttention})
 

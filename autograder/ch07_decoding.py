@@ -685,12 +685,8 @@ def _expect_accurate_in_time(case: Case, args, kwargs, result) -> None:
                                               f"(checks.answer_code({seed})); it needs {REQUIRED_ACCURACY:.0%}")
 
 
-def _expect_trained_in_the_call(case: Case, args, kwargs, result) -> None:
-    expect_backward_passes(case, result[2])
-
-
 TRAINING = Part("train_reversal_decoder", CHAPTER, adapt=_answers_of, extra=_expect_accurate_in_time,
-                advise=_expect_trained_in_the_call, on_devices=False, meta=False, compare_with_reference=False,
+                advise=expect_backward_passes, on_devices=False, meta=False, compare_with_reference=False,
                 depends_on={"causal_lm_loss": LOSS})
 
 

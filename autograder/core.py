@@ -253,9 +253,10 @@ def expect_trained_in_time(case: Case, outputs: Any, reported: Any, limit: float
                                                                       f"got {reported!r}")
 
 
-def expect_backward_passes(case: Case, backward_passes: Any) -> None:
-    """Advice: the answer's process saw a backward pass during the call (a sign that the model was trained there,
-    on the seed it was given)."""
+def expect_backward_passes(case: Case, args: tuple, kwargs: dict, result: Any) -> None:
+    """A training part's ``advise`` (``Part.advise``): the answer's process saw a backward pass during the call (a
+    sign that the model was trained there, on the seed it was given), the third item of ``result``."""
+    backward_passes = result[2] if isinstance(result, tuple) and len(result) == 3 else None
     case.check(isinstance(backward_passes, int) and backward_passes > 0,
                f"no backward pass (loss.backward(), torch.autograd.grad) was seen during {case.part}: train the "
                "model in the function, on the task of the seed it is given")

@@ -960,7 +960,7 @@ def test_a_training_over_its_cpu_time_fails_saying_which_clock_and_no_backward_p
     case.seconds = 10.0
     expect_trained_in_time(case, torch.zeros(2), 0.99, limit=90)
     with pytest.raises(AssertionError, match="no backward pass .* was seen during train_sorting_transformer"):
-        expect_backward_passes(case, 0)  # what the kernel counts: the part declares it as advice (Part.advise)
+        expect_backward_passes(case, (), {}, (0.99, torch.zeros(2), 0))  # the kernel's count: advice (Part.advise)
     from autograder import ch06_transformer, ch07_decoding
 
     assert ch06_transformer.SORTING.advise is not None and ch07_decoding.TRAINING.advise is not None

@@ -28,6 +28,7 @@ import catalogue_ch04
 import catalogue_ch05
 import catalogue_ch06
 import catalogue_ch07
+import submissions as S
 from autograder import ch03_masking
 from autograder.grading.in_process import grade_in_process
 from autograder.grading.notebooks import assemble
@@ -294,23 +295,7 @@ def _solution_cell(grade_id: str) -> str:
     return next(c.source for c in source.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
 
 
-LIBRARY_MASKED_ATTENTION = """
-import torch.nn.functional as F
-
-def masked_attention(queries, keys, values, mask=None):
-    if keys.shape[-1] != queries.shape[-1]:
-        raise ValueError('keys must have the width d of the queries')
-    if values.shape[-2] != keys.shape[-2]:
-        raise ValueError('values must have one row per key')
-    if mask is not None and mask.dtype != torch.bool:
-        raise ValueError('mask must be a bool tensor (True = may attend)')
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float('-inf'))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    additive = None if mask is None else torch.zeros(mask.shape, dtype=queries.dtype).masked_fill(~mask, float('-inf'))
-    return F.scaled_dot_product_attention(queries, keys, values, attn_mask=additive).nan_to_num(0.0), weights
-"""
+LIBRARY_MASKED_ATTENTION = S.LIBRARY_ATTENTION  # the weights computed, the output by F.scaled_dot_product_attention
 
 
 def test_an_answer_that_reaches_library_attention_has_its_points_withheld_and_only_those():
