@@ -196,6 +196,11 @@ class Part:
         """The checks' own stand-ins among the dependencies (they may call library attention)."""
         return tuple(dependency for dependency in self.depends_on.values() if not isinstance(dependency, Part))
 
+    def stand_ins_by_name(self) -> set[str]:
+        """The names the checks' own stand-ins replace while the part is judged (an earlier graded part's name is
+        not among them: the student's own earlier part may still run, through another name)."""
+        return {name for name, dependency in self.depends_on.items() if not isinstance(dependency, Part)}
+
 
 @dataclass
 class ArgumentCheck:

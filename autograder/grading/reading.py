@@ -5,30 +5,40 @@ implementing attention, not for calling PyTorch's or d2l's. Whether an answer ca
 attention is not something the student's kernel can be asked: code in that process can make it
 report anything. So the grader reads the submission's own cells (answer cells and cells the
 student added; never the instructor's), in its own process, with Python's ``ast`` after
-IPython's transformation of magics, as contest judges read a submission's source:
+IPython's transformation of magics, as contest judges read a submission's source. It reads in
+two passes:
 
-* **Library attention an answer reaches** (:meth:`Reading.library`): from the answer's
-  definition, the global names it uses are followed to the student's cells that bind them
-  (functions, classes, assignments, imports, and statements that change what a name holds), and
-  every path those reach is resolved through the notebook's imports: PyTorch's fused and
-  multi-head attention (``F.scaled_dot_product_attention``, ``nn.MultiheadAttention``,
-  ``nn.Transformer*``, ``torch.nn.attention``, ATen's attention operators), d2l's attention,
-  and the course's own modules that call them (:data:`LIBRARY`). The part's points are withheld,
-  and the message names the cell and line.
-* **What a static reading cannot see past** (:attr:`Reading.unsure`): code that can change what
-  a name holds, or run code the reading never sees, at run time — a name built from pieces
-  (``getattr`` with a computed name), ``setattr`` on modules, assignments into a module
-  (``torch.softmax = …``), ``globals()``, ``vars()``, ``exec``, ``eval``, the import machinery
-  (``importlib``, ``__import__``, ``sys.modules``, a module the grader cannot find), frames and
-  introspection (``sys._getframe``, ``inspect``, ``f_back``), ``gc``, ``input()``, threads and
-  processes, files written, magics beyond timing and plotting, dunder attributes beyond a short
-  allowlist, PyTorch's private entry points and the kernel object. A part that forbids library
-  attention and passed on its results then *needs a look*: its points wait until an instructor
-  reads the cells named. It is never a pass on the kernel's word. The allowlist keeps honest
-  answers clean: no solution notebook and no catalogued answer is flagged
-  (``tests/grading/test_reading.py`` measures it).
+1. **What each name may hold** (:class:`_Aliases`): every binding of a name to a path (imports,
+   ``F = torch.nn.functional``, ``Box.M = ...``, class attributes), in every cell, at any depth,
+   in any order. A name keeps every path it was ever given: a later binding, a dead branch or an
+   annotation adds to what the reading assumes, never takes away.
+2. **What each binding uses** (:class:`Reading`): a student's top-level statement *binds* the
+   names it assigns, defines or imports, and *changes* the objects it stores into or calls a
+   mutating method on (``table["f"] = ...``, ``helpers.append(...)``, ``setattr(Box, ...)``, at any
+   depth, from inside functions too). Each binding keeps the global names its code uses and the
+   library attention it reaches, resolved through the aliases: PyTorch's fused and multi-head
+   attention, ``nn.Transformer*``, ``torch.nn.attention``, ATen's attention operators, d2l's
+   attention and the course's own modules that call them (:func:`is_library`), whatever module
+   they are reached through.
 
-Findings name the cell (its index in the graded notebook) and the line.
+**Library attention an answer reaches** (:meth:`Reading.library`): from the answer's definition
+that stands at its test cell, the global names it uses are followed through the bindings that
+stand when it runs (the last one that replaces a name, and what changed its object after), and
+every library use found withholds the part's points; the message names the cell and line.
+
+**What a static reading cannot see past** (:attr:`Reading.unsure`): code that can change what a
+name holds, or run code the reading never sees, at run time — a name built from pieces
+(``getattr`` on a module with a computed name), ``setattr`` or assignments into a module,
+``globals()``, ``vars()``, ``exec``, ``eval``, the import machinery (``importlib``,
+``__import__``, ``sys.modules``, ``import *``, a module the grader cannot find), frames and
+introspection (``sys._getframe``, ``inspect``, ``f_back``), ``gc``'s object lists, ``input()``,
+threads and processes, global module hooks, files written, magics beyond timing, capturing and
+plotting, shell commands beyond a few that only look, dunder attributes beyond a short allowlist,
+PyTorch's private entry points, the kernel object, a module kept as a value. A part that forbids
+library attention and passed on its results then *needs a look*: its points wait until an
+instructor reads the cells named. It is never a pass on the kernel's word. The allowlist keeps
+honest answers clean: no solution notebook and no catalogued answer is flagged
+(``tests/grading/test_reading.py`` measures it).
 """
 
 from __future__ import annotations
@@ -42,58 +52,69 @@ import symtable
 import sys
 import tokenize
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..kernel.measure import LIBRARY_ATTENTION, LIBRARY_ATTENTION_PREFIXES
 from .notebooks import Assembled, nbgrader_meta
 
-#: Library attention by the path an import gives it (a path, or a prefix of one ending in ``.``); ATen's and
-#: the private operators are told by their names (:func:`_library_operator`).
-LIBRARY = (
-    "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
-    "torch.nn.MultiheadAttention", "torch.nn.Transformer", "torch.nn.TransformerEncoder",
-    "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoder", "torch.nn.TransformerDecoderLayer",
-    "torch.nn.modules.activation.MultiheadAttention", "torch.nn.modules.transformer.", "torch.nn.attention.",
-    "d2l.torch.masked_softmax", "d2l.torch.DotProductAttention", "d2l.torch.AdditiveAttention",
-    "d2l.torch.MultiHeadAttention", "d2l.torch.PositionalEncoding", "d2l.torch.TransformerEncoderBlock",
-    "d2l.torch.TransformerDecoderBlock", "d2l.torch.AttentionDecoder",
-    # the course's own modules that call library attention (stand-ins for earlier parts, the decoder it gives)
-    "autograder.ch06_transformer.FallbackMultiHeadAttention", "autograder.ch06_transformer.FallbackEncoderBlock",
-    "autograder.ch07_decoding.TinyDecoder", "autograder.ch07_decoding._DecoderLayer",
-)
-#: Modules whose every use the reading cannot see past (what they do runs code, or changes it, unseen).
-UNSURE_MODULES = {
+#: Names of library attention, wherever a path reaches them (``torch.nn.modules.MultiheadAttention``,
+#: ``autograder.ch03_masking.F.scaled_dot_product_attention``, ``d2l.torch.nn.MultiheadAttention``): PyTorch's, and
+#: the course's own modules that call it (stand-ins for earlier parts, the decoder it gives).
+LIBRARY_NAMES = {
+    "scaled_dot_product_attention", "multi_head_attention_forward", "MultiheadAttention", "Transformer",
+    "TransformerEncoder", "TransformerEncoderLayer", "TransformerDecoder", "TransformerDecoderLayer", "flex_attention",
+    "FallbackMultiHeadAttention", "FallbackEncoderBlock", "TinyDecoder", "MarkedDecoder", "_DecoderLayer",
+}
+#: d2l's attention, by the names d2l gives it (any path through d2l).
+D2L_NAMES = {"masked_softmax", "DotProductAttention", "AdditiveAttention", "MultiHeadAttention", "PositionalEncoding",
+             "TransformerEncoderBlock", "TransformerDecoderBlock", "AttentionDecoder", "BERTEncoder",
+             "Seq2SeqAttentionDecoder", "TransformerDecoder"}
+#: Paths below which everything is library attention.
+LIBRARY_PREFIXES = ("torch.nn.attention.", "torch.nn.modules.transformer.")
+#: Paths whose every use the reading cannot see past (what they do runs code, or changes it, unseen), and why.
+UNSURE_PATHS = {
     "importlib": "the import machinery", "pkgutil": "the import machinery", "runpy": "the import machinery",
     "zipimport": "the import machinery", "imp": "the import machinery", "builtins": "Python's builtins",
-    "inspect": "frames and introspection", "traceback": "frames and introspection", "gc": "the garbage collector",
-    "threading": "threads", "_thread": "threads", "concurrent": "threads or processes", "asyncio": "an event loop",
-    "multiprocessing": "processes", "subprocess": "processes", "signal": "signals", "ctypes": "native code",
-    "cffi": "native code", "marshal": "code as data", "pickle": "code as data", "dill": "code as data",
-    "cloudpickle": "code as data", "types": "code objects", "code": "code as data", "ipykernel": "the kernel",
+    "inspect": "frames and introspection", "traceback": "frames and introspection",
+    "gc.get_objects": "the garbage collector's objects", "gc.get_referrers": "the garbage collector's objects",
+    "gc.get_referents": "the garbage collector's objects", "threading": "threads", "_thread": "threads",
+    "concurrent": "threads or processes", "asyncio": "an event loop", "multiprocessing": "processes",
+    "subprocess": "processes", "signal": "signals", "ctypes": "native code", "cffi": "native code",
+    "marshal": "code as data", "pickle": "code as data", "dill": "code as data", "cloudpickle": "code as data",
+    "types.FunctionType": "code objects", "types.CodeType": "code objects", "types.ModuleType": "modules made",
+    "types.MethodType": "methods made", "code": "code as data", "ipykernel": "the kernel",
     "torch.multiprocessing": "processes", "torch.overrides": "PyTorch's function modes",
+    "torch.library": "operators defined at run time", "torch.jit.load": "code loaded from a file",
+    "torch.nn.modules.module.register_module_": "hooks on every module's calls",
     "sys.modules": "the import machinery", "sys._getframe": "frames", "sys.settrace": "frames",
     "sys.setprofile": "frames", "sys.meta_path": "the import machinery", "sys.path_hooks": "the import machinery",
-    "os.system": "processes", "os.popen": "processes", "os.fork": "processes", "os.execv": "processes",
-    "os.execve": "processes", "os.execl": "processes", "os.spawnv": "processes", "os.posix_spawn": "processes",
-    "os.kill": "processes",
+    "os.system": "processes", "os.popen": "processes", "os.fork": "processes", "os.exec": "processes",
+    "os.spawn": "processes", "os.posix_spawn": "processes", "os.kill": "processes",
 }
 #: Builtins that run code, reach namespaces or read the grader's channel: unsure wherever they are used.
 UNSURE_BUILTINS = {"exec": "runs code in a string", "eval": "runs code in a string", "compile": "compiles code",
                    "__import__": "imports by a computed name", "globals": "reaches a namespace",
-                   "locals": "reaches a namespace", "vars": "reaches a namespace", "input": "reads the channel input() shares with the grader",
-                   "breakpoint": "starts a debugger", "memoryview": "reaches raw memory"}
-#: Builtins that are unsure only with a computed name or on a module: ``getattr(self, name)`` is fine.
+                   "locals": "reaches a namespace", "vars": "reaches a namespace",
+                   "input": "reads the channel input() shares with the grader", "breakpoint": "starts a debugger",
+                   "memoryview": "reaches raw memory"}
+#: Builtins that reach an attribute by name: unsure with a computed name on a module, or used as values.
 ATTRIBUTE_BUILTINS = ("getattr", "setattr", "delattr")
+#: Builtins that only look at what they are given: a module passed to them is kept nowhere.
+LOOKING = {"hasattr", "isinstance", "issubclass", "print", "repr", "str", "type", "id", "len", "dir", "callable", "help"}
 #: Dunder attributes an honest answer uses; any other (``__globals__``, ``__code__``, ``__dict__``, ...) is unsure.
 DUNDERS = {"__init__", "__name__", "__qualname__", "__doc__", "__class__", "__len__", "__call__", "__repr__",
-           "__str__", "__module__", "__version__"}
+           "__str__", "__module__", "__version__", "__eq__"}
 #: Attributes of frames, tracebacks, generators and coroutines.
 FRAME_ATTRIBUTES = {"f_back", "f_globals", "f_locals", "f_code", "f_builtins", "tb_frame", "tb_next", "gi_frame",
                     "cr_frame", "ag_frame", "gi_code", "cr_code"}
-#: IPython magics that only time or draw: their cells are read as code; any other magic is unsure.
-QUIET_MAGICS = {"time", "timeit", "matplotlib", "config"}
-#: Methods of the shell (``get_ipython()``) that run magics (checked against :data:`QUIET_MAGICS`).
-_MAGIC_RUNNERS = ("run_line_magic", "run_cell_magic")
+#: IPython magics that only time, capture or draw, and what of them runs as code: ``line`` (its line), ``body``.
+QUIET_MAGICS = {"time": ("line", "body"), "timeit": ("line", "body"), "capture": ("body",), "matplotlib": (),
+                "load_ext": (), "autoreload": ()}
+#: Shell commands that only look (``!nvidia-smi``); any other shell command is unsure.
+LOOKING_COMMANDS = {"nvidia-smi", "ls", "pwd", "nproc", "free", "df", "cat", "head", "tail", "echo", "which", "uname",
+                    "date", "lscpu", "du"}
+#: Methods that change the object they are called on (``helpers.append(f)``): the call owns the object's name.
+MUTATORS = {"append", "extend", "insert", "update", "setdefault", "add", "__setitem__", "appendleft", "register"}
 #: Text that reaches what the reading cannot see past, in a cell that does not parse.
 _PATTERNS = (
     (re.compile(r"\bautograder\s*\.\s*\w"), "names a module of the course (autograder.…)"),
@@ -112,7 +133,7 @@ class Finding:
         cell: the cell's index in the graded (autograded) notebook, from 0.
         where: the cell in words: ``"answer cell `window_mask`"`` or ``"a cell the student added"``.
         line: the line in the cell, from 1.
-        what: what was found, e.g. ``"calls torch.nn.functional.scaled_dot_product_attention"``.
+        what: what was found, e.g. ``"calls F.scaled_dot_product_attention"``.
     """
 
     cell: int
@@ -125,297 +146,345 @@ class Finding:
 
 
 @dataclass
+class Binding:
+    """A student's statement that binds a global name, or changes the object it holds.
+
+    Attributes:
+        cell: the cell's index; replaces: it binds the name unconditionally at the top level
+            (``def``, ``class``, ``x = ...``, ``import``), so what the name held before is gone.
+        uses: the global names its code uses; library: the library attention it reaches.
+    """
+
+    cell: int
+    replaces: bool
+    uses: set[str] = field(default_factory=set)
+    library: list[Finding] = field(default_factory=list)
+
+
+@dataclass
 class Reading:
     """What the grader read in a submission's own cells.
 
     Attributes:
         unsure: what the reading cannot see past, in notebook order.
-        uses: per global name bound in the student's cells, the global names its bindings use.
-        library_at: per such name, the library attention its bindings use, as findings.
+        bindings: per global name, the student's bindings of it, in notebook order.
     """
 
     unsure: list[Finding] = field(default_factory=list)
-    uses: dict[str, set[str]] = field(default_factory=dict)
-    library_at: dict[str, list[Finding]] = field(default_factory=dict)
+    bindings: dict[str, list[Binding]] = field(default_factory=dict)
 
-    def library(self, answer: str, skip: Iterable[str] = ()) -> list[Finding]:
-        """The library attention ``answer`` reaches through the student's cells, in the order found; the names in
-        ``skip`` (what the grader replaces while the part is judged) are not followed."""
-        seen, waiting, found = set(skip), [answer], []
+    def standing(self, name: str, before: int | None = None) -> list[Binding]:
+        """The bindings of ``name`` that stand (in cells before ``before``, if given): from the last that replaces
+        it on, or every one where none does."""
+        found = [b for b in self.bindings.get(name, []) if before is None or b.cell < before]
+        last = max((i for i, b in enumerate(found) if b.replaces), default=0)
+        return found[last:]
+
+    def library(self, answer: str, skip: Iterable[str] = (), before: int | None = None) -> list[Finding]:
+        """The library attention ``answer`` reaches: from its bindings standing at cell ``before`` (its test cell),
+        through the global names they use, those standing when it runs; the names in ``skip`` (what the grader
+        replaces while the part is judged) are not followed."""
+        seen, waiting, found = set(skip), [(answer, before)], []
         while waiting:
-            name = waiting.pop()
+            name, until = waiting.pop()
             if name in seen:
                 continue
             seen.add(name)
-            found += self.library_at.get(name, [])
-            waiting += sorted(self.uses.get(name, set()) - seen)
+            for binding in self.standing(name, until):
+                found += binding.library
+                waiting += [(used, None) for used in sorted(binding.uses - seen)]
         return sorted(set(found), key=lambda finding: (finding.cell, finding.line, finding.what))
 
 
 def read(assembled: Assembled) -> Reading:
-    """The reading of ``assembled``'s student cells; every code cell is read in order for the names its imports
-    bind (``F`` for ``torch.nn.functional``), only answer cells and added cells for findings and bindings."""
-    reading, aliases, students = Reading(), dict(_BUILTIN_ALIASES), set()
-    for index, (cell, role) in enumerate(zip(assembled.notebook.cells, assembled.roles, strict=True)):
-        if cell.cell_type != "code" or role == "test":
-            continue
-        student = role in ("answer", "extra")
-        where = (f"answer cell `{nbgrader_meta(cell).get('grade_id')}`" if role == "answer"
-                 else "a cell the student added")
-        _read_cell(cell.source, aliases, students, reading if student else None,
-                   lambda line, what, index=index, where=where: Finding(index, where, line, what))
+    """The reading of ``assembled``'s student cells (answer cells and cells the student added); every code cell
+    is read for what its names may hold (``F`` for ``torch.nn.functional``), the instructor's included."""
+    cells = [(index, cell.source, role) for index, (cell, role) in
+             enumerate(zip(assembled.notebook.cells, assembled.roles, strict=True))
+             if cell.cell_type == "code" and role != "test"]
+    aliases = _Aliases.of([source for _, source, _ in cells])
+    students = _names_bound([source for _, source, role in cells if role in ("answer", "extra")])
+    reading = Reading()
+    for index, source, role in cells:
+        if role in ("answer", "extra"):
+            where = (f"answer cell `{nbgrader_meta(assembled.notebook.cells[index]).get('grade_id')}`"
+                     if role == "answer" else "a cell the student added")
+            _read_cell(source, index, aliases, students, reading,
+                       lambda line, what, i=index, w=where: Finding(i, w, line, what))
     return reading
 
 
 def read_source(source: str) -> Reading:
     """The reading of one cell read alone, as a student's added cell (a test's entry point); its findings' cell is 0."""
     reading = Reading()
-    _read_cell(source, dict(_BUILTIN_ALIASES), set(), reading, lambda line, what: Finding(0, "the cell", line, what))
+    _read_cell(source, 0, _Aliases.of([source]), _names_bound([source]), reading,
+               lambda line, what: Finding(0, "the cell", line, what))
     return reading
 
 
-#: Names a notebook has without importing them here (an earlier cell, the kernel's own).
-_BUILTIN_ALIASES = {"get_ipython": "IPython.get_ipython", "torch": "torch", "autograder": "autograder",
-                    **{name: f"builtins.{name}" for name in (*UNSURE_BUILTINS, *ATTRIBUTE_BUILTINS, "open")}}
+# --------------------------------------------------------------------------------------
+# What names may hold
+# --------------------------------------------------------------------------------------
 
 
-def _read_cell(source: str, aliases: dict[str, str], students: set[str], reading: Reading | None, finding) -> None:
-    """Read one cell: update ``aliases``; where ``reading`` is given (a student's cell), record its bindings (their
-    names added to ``students``), the library attention they use and what is unsure, as ``finding(line, what)``."""
+#: Names a notebook has without importing them (an earlier cell, the kernel's, Python's own).
+_GIVEN = {"get_ipython": "IPython.get_ipython", "torch": "torch", "autograder": "autograder",
+          **{name: f"builtins.{name}" for name in (*UNSURE_BUILTINS, *ATTRIBUTE_BUILTINS, *LOOKING, "open")}}
+
+
+class _Aliases:
+    """Every path each name may hold: ``{name or "Owner.attribute": {dotted path, ...}}``, only ever added to."""
+
+    def __init__(self):
+        self.paths: dict[str, set[str]] = {name: {path} for name, path in _GIVEN.items()}
+
+    @classmethod
+    def of(cls, sources: list[str]) -> "_Aliases":
+        """The aliases bound anywhere in ``sources``: read twice, so that a name bound after its use counts."""
+        aliases = cls()
+        trees = [tree for tree in (_parse(source) for source in sources) if tree is not None]
+        for _ in range(2):
+            for tree in trees:
+                try:
+                    _AliasCollector(aliases).visit(tree)
+                except RecursionError:
+                    pass  # code nested too deeply: the cell's reading says so (unsure)
+        return aliases
+
+    def add(self, name: str, paths: set[str]) -> None:
+        if paths:
+            self.paths.setdefault(name, set()).update(paths)
+
+    def resolve(self, node: ast.AST) -> set[str]:
+        """Every dotted path ``node`` may evaluate to (``{"torch.nn.functional.softmax"}``), ``set()`` if none."""
+        if isinstance(node, ast.Name):
+            return set(self.paths.get(node.id, ()))
+        if isinstance(node, ast.Attribute):
+            found = {f"{base}.{node.attr}" for base in self.resolve(node.value)}
+            if isinstance(node.value, ast.Name):  # Box.M, where a class body or a store put a path
+                found |= self.paths.get(f"{node.value.id}.{node.attr}", set())
+            return found
+        if isinstance(node, ast.Subscript):  # sys.modules["torch.nn.functional"]
+            key = _string(node.slice)
+            return {key} if key and "sys.modules" in self.resolve(node.value) else set()
+        if isinstance(node, ast.Call):
+            called = self.resolve(node.func)
+            if "builtins.getattr" in called and len(node.args) >= 2 and _string(node.args[1]):
+                return {f"{base}.{_string(node.args[1])}" for base in self.resolve(node.args[0])}
+            if "IPython.get_ipython" in called:
+                return {"IPython.shell"}
+        return set()
+
+
+class _AliasCollector(ast.NodeVisitor):
+    """Adds to ``aliases`` what every binding in a tree may give a name: imports, assignments of paths, class
+    attributes (``Box.M`` as well as ``M``), stores into attributes of names (``Box.f = ...``)."""
+
+    def __init__(self, aliases: _Aliases):
+        self.aliases, self.classes = aliases, []
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            name = alias.asname or alias.name.split(".")[0]
+            self._bind(name, {alias.name if alias.asname else name})
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = "." * node.level + (node.module or "")
+        for alias in node.names:
+            if alias.name != "*":
+                self._bind(alias.asname or alias.name, {f"{module}.{alias.name}"})
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> None:
+        self.classes.append(node.name)
+        self.generic_visit(node)
+        self.classes.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        classes, self.classes = self.classes, []  # a method's names are not the class's
+        self.generic_visit(node)
+        self.classes = classes
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # noqa: N815 - ast.NodeVisitor's naming
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for target in node.targets:
+            self._assigned(target, node.value)
+        self.generic_visit(node)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if node.value is not None:
+            self._assigned(node.target, node.value)
+        self.generic_visit(node)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self._assigned(node.target, node.value)
+        self.generic_visit(node)
+
+    def _assigned(self, target: ast.AST, value: ast.AST) -> None:
+        paths = self.aliases.resolve(value)
+        if isinstance(target, ast.Name):
+            self._bind(target.id, paths)
+        elif isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+            self.aliases.add(f"{target.value.id}.{target.attr}", paths)  # Box.f = ..., self.f = ...
+
+    def _bind(self, name: str, paths: set[str]) -> None:
+        self.aliases.add(name, paths)
+        for owner in self.classes[-1:]:  # a class attribute: Box.M, and self.M / cls.M in any method
+            for base in (owner, "self", "cls"):
+                self.aliases.add(f"{base}.{name}", paths)
+
+
+# --------------------------------------------------------------------------------------
+# What each binding uses
+# --------------------------------------------------------------------------------------
+
+
+def _names_bound(sources: list[str]) -> set[str]:
+    """The names the student's cells bind anywhere (assigned, defined, imported): followed as uses, through their
+    bindings, rather than taken for what they may hold where they are used."""
+    names = set()
+    for tree in (_parse(source) for source in sources):
+        for node in ast.walk(tree) if tree is not None else ():
+            if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names |= {alias.asname or alias.name.split(".")[0] for alias in node.names if alias.name != "*"}
+    return names
+
+
+def _read_cell(source: str, index: int, aliases: _Aliases, students: set[str], reading: Reading,
+               finding: Callable) -> None:
+    """Read one student cell into ``reading``: its bindings, what they use, and what is unsure, each as
+    ``finding(line, what)``; ``students``: the names the student's cells bind."""
     python = _python(source)
-    try:
-        tree = compile(python, "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    except (SyntaxError, ValueError):
-        if reading is not None:  # it raises SyntaxError in the kernel too, unless the kernel reads it otherwise
-            reading.unsure += [finding(line, what) for line, what in _tokens_found(source)]
+    tree = _parse(source)
+    if tree is None:  # it raises SyntaxError in the kernel too, unless the kernel reads it otherwise
+        reading.unsure += [finding(line, what) for line, what in _tokens_found(source)]
         return
-    visitor = _Cell(aliases, _global_uses(python), students)
-    visitor.visit(tree)
-    if reading is None:
+    cell = _Cell(aliases, _global_uses(python), students)
+    try:
+        cell.read(tree.body)
+    except RecursionError:
+        reading.unsure.append(finding(1, "code nested too deeply to be read"))
         return
-    students.update(visitor.uses)
-    reading.unsure += [finding(line, what) for line, what in sorted(set(visitor.unsure))]
-    for name, uses in visitor.uses.items():
-        reading.uses.setdefault(name, set()).update(uses)
-    for name, found in visitor.library.items():
-        reading.library_at.setdefault(name, []).extend(finding(line, what) for line, what in found)
+    reading.unsure += [finding(line, what) for line, what in sorted(set(cell.unsure))]
+    for name, binding in cell.bindings:
+        reading.bindings.setdefault(name, []).append(Binding(
+            index, binding.replaces, binding.uses, [finding(line, what) for line, what in binding.library]))
 
 
-def _python(source: str) -> str:
-    """``source`` as the kernel runs it: IPython's magics and shell escapes turned into calls, lines kept."""
-    try:
-        from IPython.core.inputtransformer2 import TransformerManager
+@dataclass
+class _Bound:
+    """A binding as a cell's reading builds it: lines and words, not yet findings."""
 
-        return TransformerManager().transform_cell(source)
-    except Exception:  # noqa: BLE001 - an odd cell IPython cannot transform: read as written
-        return source
-
-
-def _global_uses(python: str) -> dict[tuple[str, int], set[str]]:
-    """``{(name, line) of a top-level function or class: the global names its code uses}``, by Python's own
-    symbol tables (a function's parameters and locals are not globals); empty where they cannot be built."""
-    try:
-        table = symtable.symtable(python, "<cell>", "exec")
-    except (SyntaxError, ValueError):
-        return {}
-
-    def globals_of(scope: symtable.SymbolTable) -> set[str]:
-        names = {s.get_name() for s in scope.get_symbols() if s.is_referenced() and s.is_global()}
-        return names.union(*(globals_of(child) for child in scope.get_children()))
-
-    return {(child.get_name(), child.get_lineno()): globals_of(child) for child in table.get_children()}
+    replaces: bool
+    uses: set[str] = field(default_factory=set)
+    library: list[tuple[int, str]] = field(default_factory=list)
 
 
 class _Cell(ast.NodeVisitor):
-    """One cell's tree: its top-level statements as bindings of global names, what they use, what is unsure.
+    """One cell's statements as bindings of global names, what they use, and what is unsure.
 
-    ``aliases`` (name -> dotted path of what an import bound it to) is the notebook's, updated as the cell
-    binds names. Each top-level statement *owns* the global names it binds or changes (``x = ...``,
-    ``def f``, ``x.attr = ...``, ``x.append(...)``): the library attention and the global names used
-    inside it are recorded for each of them. A library function used as a value (not called) in a
-    statement that owns nothing is unsure: it could be kept anywhere.
+    A top-level statement *owns* the global names it binds, and the names of the objects it
+    changes; a statement anywhere that stores into an object, or calls a mutating method on it,
+    owns that object's name too. The library attention found in a statement is recorded for each
+    of its owners; a library function used as a value in a statement that owns nothing is unsure.
     """
 
-    def __init__(self, aliases: dict[str, str], scopes: dict[tuple[str, int], set[str]], students: set[str]):
+    def __init__(self, aliases: _Aliases, scopes: dict[tuple[str, int], set[str]], students: set[str]):
         self.aliases, self.scopes, self.students = aliases, scopes, students
-        self.uses: dict[str, set[str]] = {}
-        self.library: dict[str, list[tuple[int, str]]] = {}
+        self.bindings: list[tuple[str, _Bound]] = []
         self.unsure: list[tuple[int, str]] = []
-        self.owners: list[str] = []
+        self.owners: list[_Bound] = []
         self.in_function = 0
         self.called: set[int] = set()  # ids of the nodes calls call
-        self.placed: set[int] = set()  # ids of the nodes the reading follows where they go (a base, a name bound)
+        self.placed: set[int] = set()  # ids of the nodes whose value the reading follows (a base, a binding's value)
 
-    # ---- top-level statements: who owns what they use
+    # ---- statements and their owners
 
-    def visit_Module(self, node: ast.Module) -> None:
-        for statement in node.body:
-            self._statement(statement)
+    def read(self, statements: list[ast.stmt], conditional: bool = False, line: int = 0) -> None:
+        """Read a cell's (or a magic's) top-level statements; ``conditional``: inside a branch, a loop, a ``try``."""
+        for statement in statements:
+            if line:
+                ast.increment_lineno(statement, line)
+            nested = _bodies(statement)
+            if nested is not None:
+                self._header(statement)
+                for body in nested:
+                    self.read(body, conditional=True)
+            else:
+                self._statement(statement, conditional)
 
-    def _statement(self, node: ast.stmt) -> None:
-        if isinstance(node, (ast.If, ast.For, ast.AsyncFor, ast.While, ast.With, ast.AsyncWith, ast.Try)):
-            self._compound(node)
-            return
-        owners = self._owners(node)
-        for name in owners:
-            self.uses.setdefault(name, set()).update(self._used_names(node))
-        self.owners = owners
+    def _statement(self, node: ast.stmt, conditional: bool) -> None:
+        bound = self._own(node, conditional)
+        self.owners = bound
+        for binding in bound:
+            binding.uses |= self._used_names(node)
         self.visit(node)
         self.owners = []
 
-    def _compound(self, node: ast.stmt) -> None:
-        """A top-level ``if``, loop, ``with`` or ``try``: its header read as a statement that owns what it binds,
-        its bodies' statements as top-level statements."""
-        header = [getattr(node, name) for name in ("test", "iter", "target") if getattr(node, name, None) is not None]
-        header += [item for item in getattr(node, "items", [])]
-        owners = sorted({n for part in header for n in _bound_by(part)})
-        for name in owners:
-            self.uses.setdefault(name, set()).update(n for part in header for n in _loaded_names(part))
-        self.owners = owners
-        for part in header:
+    def _header(self, node: ast.stmt) -> None:
+        """The header of a compound statement (``for x in ...``, ``with f() as y``, ``match v``): its targets bound."""
+        parts = [getattr(node, name) for name in ("test", "iter", "target", "subject") if getattr(node, name, None)]
+        parts += [item for item in getattr(node, "items", [])]
+        names = sorted({name for part in parts for name in _bound_names(part)} |
+                       {root for part in parts for root in self._changed(part)})
+        self.owners = [self._bind(name, replaces=False) for name in names]
+        for binding in self.owners:
+            binding.uses |= {name for part in parts for name in _loaded_names(part)}
+        for part in parts:
             self.visit(part)
         self.owners = []
-        for name in ("body", "orelse", "finalbody"):
-            for statement in getattr(node, name, []):
-                self._statement(statement)
-        for handler in getattr(node, "handlers", []):
-            for statement in handler.body:
-                self._statement(statement)
 
-    def _owners(self, node: ast.stmt) -> list[str]:
-        """The global names a top-level statement binds, or changes the object of."""
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            return [node.name]
-        targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
-        changed = {_root(target) for target in targets if isinstance(target, (ast.Attribute, ast.Subscript))}
-        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
-            function = node.value.func
-            if isinstance(function, ast.Attribute):  # helpers.append(...), d.update(...): changes `helpers`
-                changed.add(_root(function.value))
-            elif isinstance(function, ast.Name) and function.id == "setattr" and node.value.args:
-                changed.add(_root(node.value.args[0]))
-        changed = {name for name in changed if name and name not in self.aliases}  # a module's: unsure, elsewhere
-        return sorted(set(_bound_by(node)) | changed)
+    def _own(self, node: ast.stmt, conditional: bool) -> list[_Bound]:
+        """The bindings a top-level statement makes: of the names it binds (replacing them where it is
+        unconditional), and of the objects it changes."""
+        replaces = not conditional and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                                         ast.Assign, ast.AnnAssign, ast.Import, ast.ImportFrom))
+        if isinstance(node, ast.AnnAssign) and node.value is None:
+            return []  # `x: int` binds nothing
+        names = [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+            else _bound_names(node)
+        bound = [self._bind(name, replaces) for name in names]
+        return bound + [self._bind(name, replaces=False) for name in self._changed(node) - set(names)]
+
+    def _changed(self, node: ast.AST) -> set[str]:
+        """The names of the objects a statement stores into or calls a mutating method on."""
+        roots = set()
+        for sub in ast.walk(node):
+            if isinstance(sub, (ast.Attribute, ast.Subscript)) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                roots.add(_root(sub))
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and sub.func.attr in MUTATORS:
+                roots.add(_root(sub.func.value))
+            elif isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) and sub.func.id == "setattr" and sub.args:
+                roots.add(_root(sub.args[0]))
+        return {root for root in roots if root and root not in ("self", "cls") and not self.aliases.paths.get(root)}
+
+    def _bind(self, name: str, replaces: bool) -> _Bound:
+        binding = _Bound(replaces)
+        self.bindings.append((name, binding))
+        return binding
 
     def _used_names(self, node: ast.stmt) -> set[str]:
         """The global names a top-level statement uses (a function's or class's by its symbol table)."""
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             scoped = self.scopes.get((node.name, node.lineno))
-            decorators = {n for d in node.decorator_list for n in _loaded_names(d)}
-            bases = {n for b in getattr(node, "bases", []) for n in _loaded_names(b)}
-            return (scoped if scoped is not None else _loaded_names(node)) | decorators | bases
+            outside = {n for part in (*node.decorator_list, *getattr(node, "bases", []),
+                                      *getattr(node, "keywords", [])) for n in _loaded_names(part)}
+            defaults = {n for d in (*getattr(getattr(node, "args", None), "defaults", []),
+                                    *getattr(getattr(node, "args", None), "kw_defaults", [])) if d is not None
+                        for n in _loaded_names(d)}
+            return (scoped if scoped is not None else _loaded_names(node)) | outside | defaults
         return _loaded_names(node)
 
-    # ---- paths
-
-    def path(self, node: ast.AST) -> str:
-        """The dotted path ``node`` evaluates to (``"torch.nn.functional.softmax"``), ``""`` if unknown."""
-        if isinstance(node, ast.Name):
-            return self.aliases.get(node.id, "")
-        if isinstance(node, ast.Attribute):
-            base = self.path(node.value)
-            return f"{base}.{node.attr}" if base else ""
-        if isinstance(node, ast.Subscript):  # sys.modules["autograder.kernel.serve"]
-            base, key = self.path(node.value), _string(node.slice)
-            if base == "sys.modules" and key:
-                return key
-            return ""
-        if isinstance(node, ast.Call):
-            called = self.path(node.func)
-            if called == "builtins.getattr" and len(node.args) >= 2 and _string(node.args[1]):
-                base = self.path(node.args[0])
-                return f"{base}.{_string(node.args[1])}" if base else ""
-            if called == "IPython.get_ipython":
-                return "IPython.shell"
-        return ""
-
-    # ---- bindings of aliases
-
-    def visit_Import(self, node: ast.Import) -> None:
-        for alias in node.names:
-            self._imported(node, alias.name)
-            if alias.asname:
-                self._bind(alias.asname, alias.name)
-            else:
-                top = alias.name.split(".")[0]
-                self._bind(top, top)
-
-    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
-        module = "." * node.level + (node.module or "")
-        self._imported(node, module)
-        for alias in node.names:
-            if alias.name == "*":
-                if _has_library(module):
-                    self._unsure(node, f"imports every name of {module}, library attention among them")
-                continue
-            path = f"{module}.{alias.name}"
-            self._imported(node, path)
-            self._bind(alias.asname or alias.name, path)
-            self._library(node, path)
-
-    def _imported(self, node: ast.AST, module: str) -> None:
-        """An import of ``module``: unsure where it is one the reading cannot see past, or one the grader cannot
-        find (a file the submission wrote, say)."""
-        why = _unsure_path(module)
-        if why:
-            self._unsure(node, f"imports {module} ({why})")
-        elif module and not module.startswith(".") and not _findable(module):
-            self._unsure(node, f"imports {module}, which the grader cannot find to read")
-
-    def _bind(self, name: str, path: str) -> None:
-        self.aliases[name] = path
-
-    def visit_Assign(self, node: ast.Assign) -> None:
-        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            self.placed.add(id(node.value))  # `m = torch.nn.functional`: m is followed as an alias
-        self.visit(node.value)
-        for target in node.targets:
-            self._assigned(target, node.value)
-
-    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
-        if node.value is not None:
-            self.visit(node.value)
-        self._assigned(node.target, node.value)
-
-    def visit_AugAssign(self, node: ast.AugAssign) -> None:
-        self.visit(node.value)
-        self._assigned(node.target, None)
-
-    def visit_Delete(self, node: ast.Delete) -> None:
-        for target in node.targets:
-            self._assigned(target, None)
-
-    def _assigned(self, target: ast.AST, value: ast.AST | None) -> None:
-        """A name bound (an alias followed, at the top level), or an attribute or item assigned: unsure where it
-        changes a module (``torch.softmax = ...``) or a dunder."""
-        if isinstance(target, ast.Name):
-            bound = self.path(value) if value is not None else ""
-            if bound:
-                self.aliases[target.id] = bound
-            else:
-                self.aliases.pop(target.id, None)
-            return
-        if isinstance(target, (ast.Tuple, ast.List, ast.Starred)):
-            for element in (target.elts if not isinstance(target, ast.Starred) else [target.value]):
-                self._assigned(element, None)
-            return
-        if isinstance(target, ast.Attribute) and target.attr.startswith("__") and target.attr.endswith("__"):
-            self._unsure(target, f"assigns a dunder attribute ({target.attr})")
-        owner = self.path(target.value) if isinstance(target, (ast.Attribute, ast.Subscript)) else ""
-        if owner:
-            self._unsure(target, f"changes {owner} in the kernel")
-        self.visit(target)
-
-    # ---- functions and classes
+    # ---- what a statement does, anywhere in it
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
-        """A function's body: its own aliases (``m = torch.nn.functional`` inside it) are followed there only."""
-        outside = dict(self.aliases)
         self.in_function += 1
         self.generic_visit(node)
         self.in_function -= 1
-        self.aliases.clear()
-        self.aliases.update(outside)
 
     def visit_AsyncFunctionDef(self, node: ast.AsyncFunctionDef) -> None:
         self.visit_FunctionDef(node)
@@ -426,39 +495,115 @@ class _Cell(ast.NodeVisitor):
     def visit_Global(self, node: ast.Global) -> None:
         """``global x`` in a function: what the function does, it may leave in ``x``."""
         for name in node.names:
-            for owner in self.owners:
-                self.uses.setdefault(name, set()).add(owner)
+            binding = self._bind(name, replaces=False)
+            binding.uses = set().union(*(owner.uses for owner in self.owners))
+            binding.library = [found for owner in self.owners for found in owner.library]
+            self.owners = self.owners + [binding]
 
-    # ---- uses
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._imported(node, alias.name)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = "." * node.level + (node.module or "")
+        self._imported(node, module)
+        for alias in node.names:
+            if alias.name == "*":
+                self._unsure(node, f"imports every name of {module}")
+                continue
+            path = f"{module}.{alias.name}"
+            self._imported(node, path)
+            self._library(node, {path})
+
+    def _imported(self, node: ast.AST, module: str) -> None:
+        """An import of ``module``: unsure where it is one the reading cannot see past, or one the grader cannot
+        find (a file the submission wrote, say)."""
+        why = _unsure_path(module)
+        if why:
+            self._unsure(node, f"imports {module} ({why})")
+        elif module and not module.startswith(".") and not _findable(module):
+            self._unsure(node, f"imports {module}, which the grader cannot find to read")
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            self.placed.add(id(node.value))  # `m = torch.nn.functional`: m is followed as an alias
+        self._stored(node.targets, node.value)
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> None:
+        if isinstance(node.target, ast.Name) and node.value is not None:
+            self.placed.add(id(node.value))
+        self._stored([node.target], node.value)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._stored([node.target], node.value)
+
+    def visit_Delete(self, node: ast.Delete) -> None:
+        self._stored(node.targets, None)
+
+    def visit_NamedExpr(self, node: ast.NamedExpr) -> None:
+        self.placed.add(id(node.value))
+        self.generic_visit(node)
+
+    def _stored(self, targets: list[ast.AST], value: ast.AST | None) -> None:
+        """Stores into targets: what the value uses is the stored-into objects' too (from inside a function as
+        well); a store into a module, or into a dunder, is unsure."""
+        changed = {_root(t) for t in targets if isinstance(t, (ast.Attribute, ast.Subscript))} if self.in_function else ()
+        extra = [self._bind(root, replaces=False) for root in sorted(changed)
+                 if root and root not in ("self", "cls") and not self.aliases.paths.get(root)]
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                    if sub.attr.startswith("__") and sub.attr.endswith("__"):
+                        self._unsure(sub, f"assigns a dunder attribute ({sub.attr})")
+                    if self.aliases.resolve(sub.value):
+                        self._unsure(sub, f"changes {_first(self.aliases.resolve(sub.value))} in the kernel")
+                elif isinstance(sub, ast.Subscript) and isinstance(sub.ctx, (ast.Store, ast.Del)) \
+                        and self.aliases.resolve(sub.value):
+                    self._unsure(sub, f"changes {_first(self.aliases.resolve(sub.value))} in the kernel")
+        owners, self.owners = self.owners, self.owners + extra
+        if value is not None:
+            self.visit(value)
+        for target in targets:
+            self.visit(target)
+        self.owners = owners
 
     def visit_Call(self, node: ast.Call) -> None:
         self.called.add(id(node.func))
-        called = self.path(node.func)
-        if called.removeprefix("builtins.") in _LOOKING or (isinstance(node.func, ast.Name) and node.func.id in _LOOKING):
+        called = self.aliases.resolve(node.func)
+        builtin = {path.removeprefix("builtins.") for path in called if path.startswith("builtins.")}
+        if builtin & LOOKING:
             self.placed.update(id(argument) for argument in node.args)  # hasattr(torch, ...): a look, not a copy
-        name = called.removeprefix("builtins.") if called.startswith("builtins.") else ""
-        if name in ATTRIBUTE_BUILTINS and node.args:
+        for name in builtin & set(ATTRIBUTE_BUILTINS):
             self._attribute_builtin(node, name)
-            if len(node.args) > 1 and _string(node.args[1]):
-                self.placed.add(id(node.args[0]))  # getattr(torch, "softmax"): followed as torch.softmax
-        elif called == "builtins.open":
+        if "builtins.open" in called:
             self._opened(node)
-        elif called.startswith("IPython.shell."):
-            self._shell(node, called.removeprefix("IPython.shell."))
-        self._library(node, self.path(node))  # getattr(F, "scaled_dot_product_attention")
+        for path in called:
+            if path.startswith("IPython.shell."):
+                self._shell(node, path.removeprefix("IPython.shell."))
+        self._library(node, self.aliases.resolve(node))  # getattr(F, "scaled_dot_product_attention")
+        extra = []
+        if self.in_function and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            extra = [self._bind(root, replaces=False) for root in self._changed(ast.Expr(node))]
+        owners, self.owners = self.owners, self.owners + extra
         self.generic_visit(node)
+        self.owners = owners
 
     def _attribute_builtin(self, node: ast.Call, name: str) -> None:
-        """``getattr``/``setattr``/``delattr``: unsure with a computed name (but on ``self`` or ``cls``), or where
-        it changes a module."""
-        target, attribute = node.args[0], _string(node.args[1]) if len(node.args) > 1 else ""
-        on_self = isinstance(target, ast.Name) and target.id in ("self", "cls")
-        if not attribute and not on_self:
-            self._unsure(node, f"{name}() with a name built at run time")
+        """``getattr``/``setattr``/``delattr``: unsure on a module with a computed name, or where it changes a module
+        or a dunder; ``getattr(torch, "softmax")`` is followed as ``torch.softmax``."""
+        if not node.args:
+            return
+        target = node.args[0]
+        attribute = _string(node.args[1]) if len(node.args) > 1 else ""
+        on_module = bool(self.aliases.resolve(target))
+        if attribute:
+            self.placed.add(id(target))
+        if not attribute and on_module:
+            self._unsure(node, f"{name}() on {_first(self.aliases.resolve(target))} with a name built at run time")
         elif attribute.startswith("__") and attribute.endswith("__") and attribute not in DUNDERS:
             self._unsure(node, f"{name}() of a dunder attribute ({attribute})")
-        elif name != "getattr" and self.path(target):
-            self._unsure(node, f"{name}() on the module {self.path(target)}")
+        elif name != "getattr" and on_module:
+            self._unsure(node, f"{name}() on {_first(self.aliases.resolve(target))}")
 
     def _opened(self, node: ast.Call) -> None:
         """``open(...)`` for writing (or with a mode computed at run time) writes what the kernel may run later."""
@@ -468,66 +613,59 @@ class _Cell(ast.NodeVisitor):
             self._unsure(node, "writes a file")
 
     def _shell(self, node: ast.Call, method: str) -> None:
-        """A call of the shell: a timing or plotting magic is read as code; anything else is unsure."""
+        """A call of the shell: a quiet magic is read as code, a looking command passes; anything else is unsure."""
         magic = _string(node.args[0]) if node.args else ""
-        if method in _MAGIC_RUNNERS and magic in QUIET_MAGICS:
-            if method == "run_cell_magic" and len(node.args) >= 3 and _string(node.args[2]):
-                self._magic_body(node, _string(node.args[2]))
+        if method in ("run_line_magic", "run_cell_magic") and magic in QUIET_MAGICS:
+            for part, argument in zip(("line", "body"), node.args[1:3], strict=False):
+                if part in QUIET_MAGICS[magic]:  # a cell magic's body starts on the cell's next line
+                    self._magic_code(node, argument, node.lineno if part == "body" else node.lineno - 1)
             return
-        what = f"the magic %{magic}" if method in _MAGIC_RUNNERS else f"the shell's {method}"
+        if method in ("system", "getoutput") and not self.in_function and magic.split()[:1] and \
+                magic.split()[0] in LOOKING_COMMANDS:
+            return
+        what = f"the magic %{magic}" if method.startswith("run_") else f"the shell ({method})"
         self._unsure(node, f"runs {what} (beyond a static reading)")
 
-    def _magic_body(self, node: ast.Call, body: str) -> None:
-        """A timing cell magic's body, read as the cell's next lines."""
-        try:
-            tree = ast.parse(_python(body))
-        except (SyntaxError, ValueError):
-            self._unsure(node, "a magic's body that does not parse")
+    def _magic_code(self, node: ast.Call, argument: ast.AST, line: int) -> None:
+        """A quiet magic's code (``%time x = ...``, a ``%%timeit`` body): read as the cell's next statements."""
+        text = _string(argument)
+        if not isinstance(argument, ast.Constant):
+            self._unsure(node, "a magic's code built at run time")
             return
-        inner = _Cell(self.aliases, {}, self.students)
-        inner.owners = self.owners
-        inner.visit(tree)
-        self.unsure += [(node.lineno + line, what) for line, what in inner.unsure]
-        for name, found in inner.library.items():
-            self.library.setdefault(name, []).extend((node.lineno + line, what) for line, what in found)
-        for name, uses in inner.uses.items():
-            self.uses.setdefault(name, set()).update(uses)
+        tree = _parse(text)
+        if tree is None:
+            self._unsure(node, "a magic's code that does not parse")
+            return
+        owners, self.owners = self.owners, []
+        self.read(tree.body, conditional=True, line=line)
+        self.owners = owners
 
     def visit_Name(self, node: ast.Name) -> None:
-        path = self.aliases.get(node.id, "")
-        name = path.removeprefix("builtins.") if path.startswith("builtins.") else ""
-        if name in UNSURE_BUILTINS and not self._called(node):
-            self._unsure(node, f"uses {name} ({UNSURE_BUILTINS[name]})")
-        elif name in UNSURE_BUILTINS:
-            self._unsure(node, f"calls {name}() ({UNSURE_BUILTINS[name]})")
-        elif name in ATTRIBUTE_BUILTINS and not self._called(node):
-            self._unsure(node, f"uses {name} as a value")
-        followed = node.id in self.students or node.id in self.uses  # a student's name: followed as a use
-        if followed or not self._library(node, path):
-            self._kept(node, path)
+        if not isinstance(node.ctx, ast.Load):
+            return  # a name bound: what it may hold is the aliases' affair
+        paths = self.aliases.resolve(node)
+        builtins = {path.removeprefix("builtins.") for path in paths if path.startswith("builtins.")}
+        for name in builtins & set(UNSURE_BUILTINS):
+            verb = "calls" if self._called(node) else "uses"
+            self._unsure(node, f"{verb} {name}{'()' if verb == 'calls' else ''} ({UNSURE_BUILTINS[name]})")
+        if builtins & set(ATTRIBUTE_BUILTINS) and not self._called(node):
+            self._unsure(node, f"uses {_first(builtins & set(ATTRIBUTE_BUILTINS))} as a value")
+        if node.id in self.students or not self._library(node, paths):  # a student's name: followed as a use
+            self._kept(node, paths)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         self.placed.add(id(node.value))  # the base of an attribute: followed through the path
-        path = self.path(node)
+        paths = self.aliases.resolve(node)
         odd = self._odd_attribute(node)
         if odd:
             self._unsure(node, odd)
-        elif path and not self._library(node, path):
-            why = _unsure_path(path)
+        elif paths and not self._library(node, paths):
+            why = next((f"uses {path} ({_unsure_path(path)})" for path in sorted(paths) if _unsure_path(path)), "")
             if why:
-                self._unsure(node, f"uses {path} ({why})")
+                self._unsure(node, why)
             else:
-                self._kept(node, path)
-        if not path:
-            self.generic_visit(node)
-
-    def _kept(self, node: ast.AST, path: str) -> None:
-        """A module kept as a value where the reading cannot follow it (``[torch.nn.functional][0]``, an argument, a
-        default, a return) is unsure: what is then called on it has no name the reading can resolve."""
-        if id(node) in self.placed or id(node) in self.called or path.startswith(("builtins.", "IPython.")):
-            return
-        if _is_module(path):
-            self._unsure(node, f"keeps the module {path} as a value where the reading cannot follow it")
+                self._kept(node, paths)
+        self.generic_visit(node)
 
     @staticmethod
     def _odd_attribute(node: ast.Attribute) -> str:
@@ -541,21 +679,31 @@ class _Cell(ast.NodeVisitor):
             node = node.value
         return ""
 
+    def _kept(self, node: ast.AST, paths: set[str]) -> None:
+        """A module kept as a value where the reading cannot follow it (``[torch.nn.functional][0]``, an argument, a
+        default, a return) is unsure: what is then called on it has no name the reading can resolve."""
+        if id(node) in self.placed or id(node) in self.called:
+            return
+        modules = sorted(path for path in paths if not path.startswith(("builtins.", "IPython.")) and _is_module(path))
+        if modules:
+            self._unsure(node, f"keeps the module {modules[0]} as a value where the reading cannot follow it")
+
     def visit_Constant(self, node: ast.Constant) -> None:
         pass  # text is data here; code built from it at run time is unsure where it is run (exec, getattr, ...)
 
-    def _library(self, node: ast.AST, path: str) -> bool:
-        """Record ``path`` where it is library attention (owned by the statement's owners; unsure where a library
-        function is kept as a value by a statement that owns nothing); whether it was."""
-        if not path or not _is_library(path):
+    def _library(self, node: ast.AST, paths: set[str]) -> bool:
+        """Record the library attention among ``paths`` for the statement's owners (unsure where a library function
+        is kept as a value by a statement that owns nothing); whether there was any."""
+        found = sorted(path for path in paths if is_library(path))
+        if not found:
             return False
         called = self._called(node)
-        what = f"{'calls' if called else 'uses'} {_public(path)}"
+        what = f"{'calls' if called else 'uses'} {_public(found[0])}"
         if self.owners:
             for owner in self.owners:
-                self.library.setdefault(owner, []).append((getattr(node, "lineno", 1), what))
+                owner.library.append((getattr(node, "lineno", 1), what))
         elif not called and not self.in_function:
-            self._unsure(node, f"keeps {_public(path)} as a value where the reading cannot follow it")
+            self._unsure(node, f"keeps {_public(found[0])} as a value where the reading cannot follow it")
         return True
 
     def _called(self, node: ast.AST) -> bool:
@@ -566,27 +714,75 @@ class _Cell(ast.NodeVisitor):
         self.unsure.append((getattr(node, "lineno", 1), what))
 
 
-def _bound_by(node: ast.AST) -> list[str]:
+# --------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------
+
+
+def _python(source: str) -> str:
+    """``source`` as the kernel runs it: IPython's magics and shell escapes turned into calls, lines kept."""
+    try:
+        from IPython.core.inputtransformer2 import TransformerManager
+
+        return TransformerManager().transform_cell(source)
+    except Exception:  # noqa: BLE001 - an odd cell IPython cannot transform: read as written
+        return source
+
+
+def _parse(source: str) -> ast.Module | None:
+    """The tree of ``source`` as the kernel runs it (top-level ``await`` allowed), ``None`` if it does not parse."""
+    try:
+        return compile(_python(source), "<cell>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+
+
+def _global_uses(python: str) -> dict[tuple[str, int], set[str]]:
+    """``{(name, line) of a top-level function or class: the global names its code uses}``, by Python's own
+    symbol tables (a function's parameters and locals are not globals); empty where they cannot be built."""
+    try:
+        table = symtable.symtable(python, "<cell>", "exec")
+    except (SyntaxError, ValueError, RecursionError):
+        return {}
+
+    def globals_of(scope: symtable.SymbolTable) -> set[str]:
+        names = {s.get_name() for s in scope.get_symbols() if s.is_referenced() and s.is_global()}
+        return names.union(*(globals_of(child) for child in scope.get_children()))
+
+    try:
+        return {(child.get_name(), child.get_lineno()): globals_of(child) for child in table.get_children()}
+    except RecursionError:
+        return {}
+
+
+def _bodies(statement: ast.stmt) -> list[list[ast.stmt]] | None:
+    """The statement lists of a compound statement (``if``, loops, ``with``, ``try``, ``match``), ``None`` for
+    a simple one or a definition."""
+    if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return None
+    bodies = [getattr(statement, name) for name in ("body", "orelse", "finalbody") if getattr(statement, name, None)]
+    bodies += [handler.body for handler in getattr(statement, "handlers", [])]
+    bodies += [case.body for case in getattr(statement, "cases", [])]
+    return bodies if bodies else None
+
+
+def _bound_names(node: ast.AST) -> list[str]:
     """The plain names a statement (or a ``for`` target, a ``with`` item) binds at its own level."""
-    found = []
-    targets = []
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+        return [alias.asname or alias.name.split(".")[0] for alias in node.names if alias.name != "*"]
     if isinstance(node, ast.Assign):
         targets = node.targets
     elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
         targets = [node.target]
-    elif isinstance(node, (ast.Import, ast.ImportFrom)):
-        return [alias.asname or alias.name.split(".")[0] for alias in node.names if alias.name != "*"]
     elif isinstance(node, ast.withitem):
         targets = [node.optional_vars] if node.optional_vars is not None else []
     elif isinstance(node, (ast.Name, ast.Tuple, ast.List, ast.Starred)):
         targets = [node]
-    for target in targets:
-        for sub in ast.walk(target):
-            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
-                found.append(sub.id)
-    for sub in ast.walk(node):  # walrus
-        if isinstance(sub, ast.NamedExpr):
-            found.append(sub.target.id)
+    else:
+        targets = []
+    found = [sub.id for target in targets for sub in ast.walk(target)
+             if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store)]
+    found += [sub.target.id for sub in ast.walk(node) if isinstance(sub, ast.NamedExpr)]
     return found
 
 
@@ -605,27 +801,21 @@ def _string(node: ast.AST | None) -> str:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else ""
 
 
-def _is_library(path: str) -> bool:
-    """Whether ``path`` is library attention: one of :data:`LIBRARY` (or below a prefix of it), or an operator
-    PyTorch names as attention (``torch.ops.aten._scaled_dot_product_attention_math``, ``torch._C._nn...``)."""
-    path = path.replace("d2l.torch.torch.", "d2l.torch.")
-    if any(path == entry or path.startswith(entry if entry.endswith(".") else entry + ".") for entry in LIBRARY):
+def _first(paths: set[str]) -> str:
+    return sorted(paths)[0] if paths else ""
+
+
+def is_library(path: str) -> bool:
+    """Whether ``path`` is library attention: a part of it names PyTorch's attention or the course's modules that
+    call it (:data:`LIBRARY_NAMES`, ATen's operators), or d2l's attention (through d2l), or it lies below
+    :data:`LIBRARY_PREFIXES`; whatever module it is reached through."""
+    parts = path.split(".")
+    if path.startswith(LIBRARY_PREFIXES):
         return True
-    if path.startswith("d2l.") and not path.startswith("d2l.torch."):
-        return _is_library("d2l.torch." + path.split(".", 1)[1])
-    return path.startswith("torch.") and _library_operator(path)
-
-
-def _library_operator(path: str) -> bool:
-    """Whether a part of ``path`` names an attention operator (``scaled_dot_product_attention``, ``_flash_...``)."""
-    return any(part.split(".")[0] in LIBRARY_ATTENTION or part.startswith(LIBRARY_ATTENTION_PREFIXES)
-               for part in path.split(".")[1:])
-
-
-def _has_library(module: str) -> bool:
-    """Whether ``from module import *`` brings library attention in."""
-    return module in ("torch", "torch.nn", "torch.nn.functional", "d2l", "d2l.torch") or \
-        module.startswith(("torch.nn.modules", "torch.nn.attention", "autograder.ch06", "autograder.ch07"))
+    if any(part in LIBRARY_NAMES or part in LIBRARY_ATTENTION or part.startswith(LIBRARY_ATTENTION_PREFIXES)
+           for part in parts[1:]):
+        return True
+    return parts[0] == "d2l" and any(part in D2L_NAMES for part in parts[1:])
 
 
 def _public(path: str) -> str:
@@ -633,22 +823,21 @@ def _public(path: str) -> str:
 
 
 def _unsure_path(path: str) -> str:
-    """Why the reading cannot see past ``path`` (``""`` if it can): a module of :data:`UNSURE_MODULES`, PyTorch's
-    private entry points, the kernel, or the course's code (which the kernel may hold changed)."""
-    for module, why in UNSURE_MODULES.items():
-        if path == module or path.startswith(module + "."):
+    """Why the reading cannot see past ``path`` (``""`` if it can): one of :data:`UNSURE_PATHS`, PyTorch's private
+    entry points, or the kernel."""
+    if path.startswith("builtins."):
+        return ""  # a builtin by its name (print, open): the ones beyond a reading are UNSURE_BUILTINS
+    for prefix, why in UNSURE_PATHS.items():
+        if path == prefix or path.startswith(prefix + ".") or (prefix.endswith("_") and path.startswith(prefix)) \
+                or (prefix in ("os.exec", "os.spawn") and path.startswith(prefix)):
             return why
     parts = path.split(".")
     if parts[0] == "torch" and any(part == "ops" or (part.startswith("_") and not part.startswith("__"))
                                    for part in parts[1:]):
         return "PyTorch's private entry points"
-    if path.startswith("IPython.shell.kernel") or path.startswith("IPython.core") or path == "IPython.shell.user_ns":
+    if path.startswith(("IPython.shell.kernel", "IPython.core")) or path == "IPython.shell.user_ns":
         return "the kernel"
     return ""
-
-
-#: Builtins that only look at what they are given: a module passed to them is not kept anywhere.
-_LOOKING = {"hasattr", "isinstance", "issubclass", "print", "repr", "str", "type", "id", "len", "dir", "callable"}
 
 
 @functools.cache

@@ -170,18 +170,19 @@ def judge_test_cells(session: Session, assembled: Assembled, chapter, seconds: f
     reading = read(assembled)
     return {index: _read_into(_judge_test_cell(session, assembled, chapter, index, seconds, key, where), reading,
                               [(call.answer, getattr(getattr(chapter, call.check, None), "declaration", None))
-                               for call in assembled.checks.get(index, [])])
+                               for call in assembled.checks.get(index, [])], index)
             for index in assembled.test_indices()}
 
 
-def _read_into(judged: tuple[PartResult, str], reading: Reading, answers: list[tuple[str, object]]
+def _read_into(judged: tuple[PartResult, str], reading: Reading, answers: list[tuple[str, object]], test: int
                ) -> tuple[PartResult, str]:
     """``judged``, or for a part that forbids library attention and passed on its results: failed where the answer
     reaches library attention in the code handed in, "needs a look" where that code is beyond a static reading.
 
     The points of such a part are for implementing attention: the grader reads the code itself
-    (``reading.py``), since what the kernel says it called could be made up. A part that failed,
-    or that does not forbid library attention, keeps its grade.
+    (``reading.py``), since what the kernel says it called could be made up, from the answer that
+    stands at the test cell ``test``; what the grader puts in for the checks' own stand-ins is not
+    followed. A part that failed, or that does not forbid library attention, keeps its grade.
     """
     result, _ = judged
     forbidding = [(answer, declaration) for answer, declaration in answers
@@ -189,7 +190,7 @@ def _read_into(judged: tuple[PartResult, str], reading: Reading, answers: list[t
     if result.status is not PartStatus.PASSED or not forbidding:
         return judged
     found = [finding for answer, declaration in forbidding
-             for finding in reading.library(answer, skip=declaration.depends_on)]
+             for finding in reading.library(answer, skip=declaration.stand_ins_by_name(), before=test)]
     if found:
         text = _shown(f"{result.part.removeprefix('test_')}: {found[0].what} ({_listed(found)}): the contract asks you "
                       "to implement this part yourself rather than delegate its core to a library implementation, "
