@@ -99,7 +99,8 @@ class KernelRespondent(Respondent):
         self._replies: list[Reply] | None = None
         code = (f"__import__('autograder.kernel.serve', fromlist=['serve']).serve({self.chapter!r}, "
                 f"{base64.b64encode(message).decode()!r})")
-        before, mark = self.session.cpu_seconds(), self.session.memory_mark()
+        measured = any(request.measured for request in requests)
+        before, mark = self.session.cpu_seconds(), self.session.memory_mark() if measured else None
         try:
             self.session.exchange(code, self.deadline, self._answer)
         except Deadline:
@@ -121,8 +122,9 @@ class KernelRespondent(Respondent):
         return self._cpu_seconds
 
     def peak_bytes(self) -> int | None:
-        """The peak of the kernel's memory during the last :meth:`ask_all` above its usage before it, from the
-        kernel's cgroup (its threads, processes and files in memory included); ``None`` where none measures it."""
+        """The peak of the kernel's memory during the last :meth:`ask_all` of a measured request, above the least it
+        held during it, from the kernel's cgroup (its threads, processes and files in memory included); ``None``
+        after other requests, or where no cgroup measures it."""
         return self._peak
 
     # ---- what the kernel sends

@@ -33,6 +33,7 @@ import dataclasses
 import functools
 import os
 import signal
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -209,26 +210,29 @@ class KernelCgroup:
 
     def memory_mark(self) -> "MemoryMark | None":
         """Start measuring the peak of the kernel's memory from now (its processes, threads and files in memory
-        together); ``None`` where this cgroup cannot restart its peak (cgroup v2 before Linux 6.12, or closed)."""
+        together), and watching its lowest usage; ``None`` where this cgroup cannot restart its peak (cgroup v2
+        before Linux 6.12, or closed)."""
         if self.closed:
             return None
+        usage = self.memory / ("memory.usage_in_bytes" if self.hierarchy.version == 1 else "memory.current")
         try:
             if self.hierarchy.version == 1:
                 (self.memory / "memory.max_usage_in_bytes").write_text("0")  # restarts it at the usage now
-                return MemoryMark(int((self.memory / "memory.usage_in_bytes").read_text()))
+                return MemoryMark(int(usage.read_text()), usage)
             descriptor = os.open(self.memory / "memory.peak", os.O_RDWR)
         except (OSError, ValueError):
             return None
         try:
             os.write(descriptor, b"reset")  # restarts the peak read through this descriptor (Linux 6.12)
-            return MemoryMark(int((self.memory / "memory.current").read_text()), descriptor)
+            return MemoryMark(int(usage.read_text()), usage, descriptor)
         except (OSError, ValueError):
             os.close(descriptor)
             return None
 
     def memory_peak(self, mark: "MemoryMark | None") -> int | None:
-        """The peak of the kernel's memory since ``mark``, above what it held then, in bytes; ``None`` without a
-        mark, or where the cgroup is gone (the kernel died)."""
+        """The peak of the kernel's memory since ``mark``, above the least it held meanwhile (what it held at the
+        mark, or less where it let memory go during the call), in bytes; ``None`` without a mark, or where the
+        cgroup is gone (the kernel died)."""
         if mark is None:
             return None
         try:
@@ -240,7 +244,7 @@ class KernelCgroup:
             return None
         finally:
             mark.close()
-        return max(0, peak - mark.baseline)
+        return max(0, peak - min(mark.baseline, mark.lowest))
 
     @staticmethod
     def _write(path: Path, value: int, optional: bool = False) -> None:
@@ -288,15 +292,36 @@ class KernelCgroup:
             _empty_and_remove(folder)
 
 
-@dataclass
 class MemoryMark:
-    """Where a measurement of a kernel's memory peak started: the usage then, in bytes, and (cgroup v2) the open
-    ``memory.peak`` whose reads count from the restart."""
+    """Where a measurement of a kernel's memory peak started: the usage then, in bytes, (cgroup v2) the open
+    ``memory.peak`` whose reads count from the restart, and the lowest usage seen since.
 
-    baseline: int
-    descriptor: int | None = None
+    A call's working memory is its peak above the least the kernel held during it: memory the
+    kernel held before the call and let go during it (to make room, say, for a whole score
+    matrix) counts as working memory too. The lowest usage is read from outside by a thread that
+    polls the cgroup every :data:`POLL_SECONDS` until :meth:`close`.
+    """
+
+    #: How often the lowest usage is looked at: a matrix of hundreds of MiB lives far longer.
+    POLL_SECONDS = 0.002
+
+    def __init__(self, baseline: int, usage: Path, descriptor: int | None = None):
+        self.baseline, self.lowest, self.usage, self.descriptor = baseline, baseline, usage, descriptor
+        self._stop = threading.Event()
+        self._watch = threading.Thread(target=self._poll, daemon=True, name="memory-low-watch")
+        self._watch.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(self.POLL_SECONDS):
+            try:
+                self.lowest = min(self.lowest, int(self.usage.read_text()))
+            except (OSError, ValueError):
+                return
 
     def close(self) -> None:
+        """Stop watching; close the ``memory.peak`` descriptor."""
+        self._stop.set()
+        self._watch.join()
         if self.descriptor is not None:
             os.close(self.descriptor)
             self.descriptor = None

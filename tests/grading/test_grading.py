@@ -396,6 +396,17 @@ def additive_scores(queries, keys, W_q, W_k, w_v):
 """
 
 
+PAIRS_IN_ROOM_LET_GO = ALL_PAIRS.replace("def additive_scores(", "def _every_pair(") + """
+ROOM = [torch.ones(600 * 2**20 // 4)]  # 600 MiB held between calls
+
+def additive_scores(queries, keys, W_q, W_k, w_v):
+    ROOM.clear()  # let go, so that the pairs fit where it was
+    scores = _every_pair(queries, keys, W_q, W_k, w_v)
+    ROOM.append(torch.ones(600 * 2**20 // 4))
+    return scores
+"""
+
+
 @pytest.fixture(scope="module")
 def scoring_course(tmp_path_factory):
     """Assignment 02 graded twice (the second time with --force) with the same secret."""
@@ -411,6 +422,8 @@ def scoring_course(tmp_path_factory):
         # watch inside the kernel sees it), beside its control, the same in the main thread
         "pairs_in_a_thread": S.answer(solution, "additive_scores", PAIRS_IN_A_THREAD),
         "pairs_in_a_thread_control": S.answer(solution, "additive_scores", ALL_PAIRS),
+        # memory held between calls and let go during each, to make room for the pairs unseen
+        "pairs_in_room_let_go": S.answer(solution, "additive_scores", PAIRS_IN_ROOM_LET_GO),
     }
     for student, nb in submissions.items():
         S.write(course, student, nb, assignment=SCORING)
@@ -436,11 +449,11 @@ def test_one_bug_costs_once_and_argument_checks_are_graded_apart(scoring_course)
 
 
 def test_memory_taken_in_a_thread_counts_as_the_kernels_own(scoring_course):
-    """The kernel's cgroup measures the call's memory from outside, threads included: the attack earns no more
-    than its control, and the message says how much the call took."""
+    """The kernel's cgroup measures the call's memory from outside, threads included, above the least the kernel
+    held during the call (memory let go to make room counts): the attacks earn no more than their control."""
     course, _ = scoring_course
     rows = read_rows(course, SCORING)
-    for student in ("pairs_in_a_thread", "pairs_in_a_thread_control"):
+    for student in ("pairs_in_a_thread", "pairs_in_a_thread_control", "pairs_in_room_let_go"):
         row = rows[(student, "test_additive_scores")]
         assert row["status"] == "failed" and "took more than the 32 MiB of working memory it may take" in \
             row["message"], row["message"]
