@@ -209,21 +209,23 @@ LAYERS = Probe("layers", lambda: [Call("MultiHeadAttention(16, 4, dropout=0.5), 
 
 
 def _dropout_inputs(seed: int) -> list[Call]:
-    """Weights, inputs, and two seeds of the generator, drawn from ``seed``."""
+    """Weights, inputs (and queries and keys ``x2`` of 4 positions, one per feature of a head), and two seeds of the
+    generator, drawn from ``seed``."""
     g = torch.Generator().manual_seed(seed)
     weights = {name: torch.randn(16, 16, generator=g) / 4 for name in PROJECTIONS}
-    x, x2 = torch.randn(2, 12, 16, generator=g), torch.randn(2, 12, 16, generator=g)
+    x, x2 = torch.randn(2, 12, 16, generator=g), torch.randn(2, 4, 16, generator=g)
     seeds = torch.randint(0, 2**31, (2,), generator=g)  # (2,): a tensor, never counted as a size
     return [Call(f"MultiHeadAttention(16, 4, dropout=0.5), inputs (2, 12, 16), generator seeds {seeds[0].item()} and "
                  f"{seeds[1].item()}", (weights, x, x2, seeds))]
 
 
 def _dropout_of(cls):
-    """``(weights, x, x2, seeds) -> {outputs in evaluation and training mode under both seeds, ones}``.
+    """``(weights, x, x2, seeds) -> {outputs in evaluation and training mode under both seeds, one_hot}``.
 
     Built with dropout 0.5, the call's weights loaded, run as self-attention on ``x``
-    (``kernel.measure.in_both_modes``); then, with identity projections and every value row
-    equal to ones, one output in training mode (see :func:`_expect_dropout_on_the_weights`).
+    (``kernel.measure.in_both_modes``); then, with identity projections, on queries and keys
+    ``x2`` and one-hot values, one output in training mode (see
+    :func:`_expect_dropout_on_the_weights`).
     """
 
     def look(weights, x, x2, seeds):
@@ -235,7 +237,8 @@ def _dropout_of(cls):
         identity.train()
         with torch.no_grad(), torch.random.fork_rng():
             torch.manual_seed(seeds[0].item())
-            seen["ones"] = identity(x2, x2, torch.ones(2, 12, 16))
+            seen["one_hot"] = identity(x2, x2, _ONE_HOT_VALUES)
+            seen["ones"] = identity(x, x, torch.ones(2, 12, 16))
         return seen
 
     return look
@@ -245,6 +248,11 @@ def _expect_dropout(case: Case, args, kwargs, seen) -> None:
     """Dropout in training mode only, on the attention weights."""
     expect_dropout_in_training_only(case, seen, "drop attention weights with nn.Dropout (self.training decides)")
     _expect_dropout_on_the_weights(case, seen["ones"])
+    _expect_weights_dropped_or_scaled(case, args[2], seen["one_hot"])
+
+
+#: Values ``(2, 4, 16)`` whose key ``j`` is feature ``j`` of every head: a head's output is then its weights.
+_ONE_HOT_VALUES = torch.eye(4).repeat(1, 4).expand(2, 4, 16)
 
 
 def _expect_dropout_on_the_weights(case: Case, output: torch.Tensor) -> None:
@@ -260,6 +268,24 @@ def _expect_dropout_on_the_weights(case: Case, output: torch.Tensor) -> None:
     case.check(torch.allclose(per_head, per_head[..., :1].expand_as(per_head)),
                "in training mode, dropout acts on the output, not on the attention weights: apply nn.Dropout to the "
                "weights before they multiply the values")
+
+
+def _expect_weights_dropped_or_scaled(case: Case, x2: torch.Tensor, output: torch.Tensor) -> None:
+    """Dropout drops each attention weight or scales it by ``1 / (1 - p)``.
+
+    With identity projections and value ``j`` one-hot at feature ``j`` of every head, feature
+    ``j`` of head ``h``'s output for query ``i`` is the weight ``w[h, i, j]`` after dropout:
+    ``0`` or ``2 w`` with ``p = 0.5``. The weights are computed here from ``x2``; weights scaled
+    otherwise show as other values.
+    """
+    case.expect_tensor("the output in training mode", output, shape=(2, 4, 16), dtype=torch.float32, device="cpu")
+    heads = x2.reshape(2, 4, 4, 4).transpose(1, 2)  # (batch, n, heads·d) -> (batch, heads, n, d)
+    weights = torch.softmax(heads @ heads.transpose(-2, -1) / 2, dim=-1)  # (batch, heads, q, k), d = 4
+    got = output.reshape(2, 4, 4, 4).transpose(1, 2)  # (batch, q, heads·d) -> (batch, heads, q, d = k)
+    dropped, kept = got.abs() <= 1e-6, (got - 2 * weights).abs() <= 1e-4 * (1 + weights)
+    case.check(bool((dropped | kept).all()),
+               "in training mode, each attention weight should be dropped (0) or scaled by 1 / (1 - p) = 2 before it "
+               "multiplies the values, as nn.Dropout does; here some are neither")
 
 
 #: Dropout, from outputs on the judge's weights and inputs: decides.

@@ -188,6 +188,16 @@ class _DropoutOnOutput(MHA):
         return self.drop(self.W_o(merge(self.attention_weights @ v)))  # dropout after W_o, not on the weights
 
 
+class _NoiseForDropout(MHA):
+    def forward(self, queries, keys, values, mask=None):
+        q, k, v = split(self.W_q(queries), self.h), split(self.W_k(keys), self.h), split(self.W_v(values), self.h)
+        _, self.attention_weights = attend(q, k, v, mask)
+        weights = self.attention_weights
+        if self.training:  # each row scaled by noise: different outputs in training mode, nothing dropped
+            weights = weights * 3.0 * torch.rand(weights.shape[:-1] + (1,), device=weights.device)
+        return self.W_o(merge(weights @ v))
+
+
 def _count_without_output(num_hiddens, num_heads, head_dim=None, bias=False):
     inner = num_hiddens if head_dim is None else num_heads * head_dim
     return 3 * num_hiddens * inner + (3 * inner if bias else 0)  # W_o forgotten
@@ -234,6 +244,8 @@ WRONG_AND_WHY = [
      "calls torch.nn.functional.scaled_dot_product_attention"),
     ("dropout on the output instead of the weights", ch04.check_multi_head_attention, _DropoutOnOutput, False,
      "dropout acts on the output, not on the attention weights"),
+    ("noise for dropout", ch04.check_multi_head_attention, _NoiseForDropout, False,
+     "dropped (0) or scaled by 1 / (1 - p) = 2"),
     ("parameter count forgets W_o", ch04.check_mha_parameter_count, _count_without_output, False,
      "parameters"),  # "counted N parameters" (a hidden case does not say what was expected)
     ("parameter count ignores the wide heads", ch04.check_mha_parameter_count, _count_wide_as_narrow, False,
