@@ -124,8 +124,10 @@ def with_answers(nb: dict, answers: dict[str, object]) -> dict:
     return nb
 
 
-def submissions(assignment: str, solution: dict, wrong_limit: int | None) -> dict[str, tuple[dict, set[str]]]:
-    """``{student: (notebook, grade ids expected to lose points)}``: right answers lose none."""
+def submissions(assignment: str, solution: dict, wrong_limit: int | None,
+                device: str = "cpu") -> dict[str, tuple[dict, set[str]]]:
+    """``{student: (notebook, grade ids expected to lose points)}`` when graded on ``device``: right answers lose
+    none, nor do the wrong answers grading tells as advice there."""
     import one_bug
 
     catalogue = importlib.import_module(f"catalogue_ch{assignment[:2]}")
@@ -136,9 +138,12 @@ def submissions(assignment: str, solution: dict, wrong_limit: int | None) -> dic
     wrong = catalogue.WRONG
     if wrong_limit is not None and len(wrong) > wrong_limit:  # every n-th, spread over the parts
         wrong = wrong[:: math.ceil(len(wrong) / wrong_limit)]
-    for number, (_, check, answer, _) in enumerate(wrong):
+    advice = getattr(catalogue, "ADVICE_AT_GRADING", {})  # mistakes grading tells as advice, failed on a GPU or not
+    for number, (mistake, check, answer, _) in enumerate(wrong):
         name = one_bug.answer_name(assignment, check.__name__)
         own = {grade_id for grade_id, answers in checked_by.items() if name in answers}
+        if mistake in advice and not (advice[mistake] and device == "cuda"):
+            own = set()  # advice: no point lost
         found[f"wrong-{number:02d}-{answer.__name__.strip('_')}"] = (with_answers(solution, {name: answer}), own)
     return found
 
@@ -215,7 +220,7 @@ def grade_step(run: Run, assignment: str, device: str, sandbox: bool, wrong_limi
         shutil.copy(ROOT / "nbgrader_config.py", course)
         shutil.copytree(ROOT / "solutions" / assignment, course / "solutions" / assignment)
         nbgrader(course, "generate_assignment", assignment, "--force")
-        expected = submissions(assignment, load(notebook(course / "solutions", assignment)), wrong_limit)
+        expected = submissions(assignment, load(notebook(course / "solutions", assignment)), wrong_limit, device)
         for student, (nb, _) in expected.items():
             path = notebook(course / "submitted" / student, assignment)
             path.parent.mkdir(parents=True)

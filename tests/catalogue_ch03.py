@@ -239,6 +239,12 @@ WRONG_AND_WHY = [
      "calls torch.nn.functional.scaled_dot_product_attention"),
 ]
 #: the same without the phrase (as tests/students/test_one_bug.py reads them)
+#: the wrong answers above that grading tells as advice (what only the answer's process observes: an input changed in
+#: place, a tensor made on a fixed device, seen in the ``meta`` replay), each with whether a grader with a GPU still
+#: fails it on its results (a tensor on the CPU where the case's inputs are on CUDA); the visible checks in a
+#: student's own process fail them all
+ADVICE_AT_GRADING = {"in-place write into the caller's scores": False, "causal mask ignores device": True,
+                     "bottom-right mask ignores device": True, "mask built on the wrong device": True}
 WRONG = [entry[:4] for entry in WRONG_AND_WHY]
 #: the wrong answers above whose mistake the grading side knows (the reference's ``MISTAKES``), and how its
 #: message names it (tests/students/test_mistakes.py)

@@ -665,7 +665,14 @@ class _Cell(ast.NodeVisitor):
                 self._unsure(node, why)
             else:
                 self._kept(node, paths)
-        self.generic_visit(node)
+        if paths:  # the chain is one path, judged whole: only its root is read on its own (a call, a name)
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                self.placed.add(id(root.value))
+                root = root.value
+            self.visit(root)
+        else:
+            self.generic_visit(node)
 
     @staticmethod
     def _odd_attribute(node: ast.Attribute) -> str:

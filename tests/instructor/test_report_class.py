@@ -103,7 +103,8 @@ def test_each_catalogued_mistake_is_a_group_of_its_own(tmp_path):
     expected: dict[tuple[str, str], set[str]] = {}
     for student, mistakes in made.items():
         for part, mistake in mistakes:
-            expected.setdefault((part, mistake), set()).add(student)
+            if mistake not in catalogue.ADVICE_AT_GRADING:  # told as advice, its points kept: no mistake of the class
+                expected.setdefault((part, mistake), set()).add(student)
     wanted = {(part, frozenset(students)) for (part, _), students in expected.items()}
     blank = {group.part for group in groups if group.students == ["s99-blank"]}
     assert len(blank) == 7, "the blank notebook is one 'not answered' group of its own in each part"
@@ -111,10 +112,24 @@ def test_each_catalogued_mistake_is_a_group_of_its_own(tmp_path):
     assert found == wanted, _difference(found, wanted, expected)
     assert not any(s.startswith(("r", "s00")) for group in groups for s in group.students), \
         "a right answer is in a group of mistakes"
+    rows = {(row["student"], row["part"]): row for row in _rows(course)}
+    advised = [(student, part) for student, mistakes in made.items() for part, mistake in mistakes
+               if mistake in catalogue.ADVICE_AT_GRADING]
+    assert advised and all(rows[key]["status"] == "passed" for key in advised), \
+        "a mistake only the student's process observes cost points"
+    student = advised[0][0]
+    autograded = (course / "autograded" / student / A / f"{A}.ipynb").read_text(encoding="utf-8")
+    assert "⚠ advice (no points depend on it)" in autograded, "the advice is not in the student's feedback"
     text = page.read_text(encoding="utf-8")
     for group in groups:
         assert f"{len(group.students)} ({group.share:.0%})" in text
     _open_offline(page)
+
+
+def _rows(course: Path) -> list[dict]:
+    from autograder.instructor.gradebook import read_csv
+
+    return read_csv(course / "grades" / f"{A}.csv")
 
 
 def _difference(found, wanted, expected) -> str:
