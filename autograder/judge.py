@@ -174,9 +174,9 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
     """Judge one part (its visible cases, or its hidden ones for the student whose key is ``key``).
 
     Every call of the part (its probes, each case on each device and on ``meta``) is asked
-    for at once, in order, except a probe whose memory is measured, asked alone after them; the
-    replies are judged in order: the first problem is the one reported, as if the calls had been
-    made one by one.
+    for at once, in order, except a probe whose memory is measured, asked alone when its turn to
+    be judged comes (a wrong answer is not measured); the replies are judged in order: the first
+    problem is the one reported, as if the calls had been made one by one.
 
     Args:
         where: the devices the answer runs on (default: the CPU, and CUDA where present).
@@ -207,10 +207,9 @@ def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: 
         raise JudgeFault(f"{declaration.name}: {len(replies)} replies to {len(together)} calls")
     for question, reply in zip(together, replies, strict=True):
         question.case.seconds, question.case.clock, question.reply = seconds, clock, reply
-    for question in questions:
-        if question.measured:
-            _ask_measured(question, respondent)
     for question in sorted(questions, key=_judging_order):
+        if question.measured:  # asked alone, once every call before it in the order has passed
+            _ask_measured(question, respondent)
         try:
             question.judge(question, question.reply)
         except CheckFailed as failure:
