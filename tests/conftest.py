@@ -1,3 +1,4 @@
+import os
 import re
 import sys
 from pathlib import Path
@@ -10,11 +11,38 @@ from layout import chapters
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from book_build import BuildFailed, build_from_scratch
 
+#: What a test may need beyond this process (markers declared in pyproject.toml): each implies `slow`.
+NEEDS = ("book", "browser", "nbgrader", "sandbox", "postgres", "dask", "gpu")
+#: What the session's fixtures need, added to every test that uses them.
+FIXTURE_NEEDS = {"built_book": ("book",), "graded_course": ("nbgrader",)}
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "slow: builds the book, starts kernels or nbgrader; deselect with -m 'not slow'"
-    )
+
+def pytest_collection_modifyitems(config, items):
+    """Mark each test with what its fixtures need, and every test that needs anything beyond this process `slow`;
+    give each one the group its worker runs it in (``--dist loadgroup``): the tests that read the built book one
+    group, so that the book is built once, and every other module a group of its own, so that a module's fixtures
+    are made once."""
+    for item in items:
+        for fixture, needs in FIXTURE_NEEDS.items():
+            if fixture in getattr(item, "fixturenames", ()):
+                for need in needs:
+                    item.add_marker(need)
+        if any(item.get_closest_marker(need) for need in NEEDS):
+            item.add_marker("slow")
+        group = "book" if item.get_closest_marker("book") else item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under CI=true, a test that needs something CI installs (a browser, PostgreSQL, bubblewrap, ...) and skips
+    fails instead: a missing part must never pass silently."""
+    outcome = yield
+    report = outcome.get_result()
+    needs = [need for need in NEEDS if item.get_closest_marker(need)]
+    if report.skipped and needs and os.environ.get("CI"):
+        reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome, report.longrepr = "failed", f"skipped under CI, where it must run ({', '.join(needs)}): {reason}"
 
 
 @pytest.fixture(scope="session")
@@ -33,17 +61,16 @@ def built_book(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def graded_course(tmp_path_factory):
-    """One autograde run over three submissions of every assignment.
+    """One autograde run over two submissions of every assignment.
 
-    * ``solution``: the instructor's source notebook, as is;
     * ``blank``: the generated exercise notebook, unanswered;
-    * ``warns``: the source notebook with a warning raised in every solution cell's code,
-      which must not cost points (nbgrader gives 0 to a graded cell that writes to stderr).
+    * ``warns``: the instructor's source notebook with a warning raised in every solution cell's
+      code, which must not cost points (nbgrader gives 0 to a graded cell that writes to stderr):
+      it earns full marks only if the source notebook as it is does.
     """
     course = make_course(tmp_path_factory.mktemp("course"))
     for assignment in ASSIGNMENTS:
         solution = load(notebook(course / "solutions", assignment))
-        submit(course, "solution", assignment, solution)
         submit(course, "blank", assignment, load(notebook(course / "exercises", assignment)))
         submit(course, "warns", assignment, with_warnings(solution))
         nbgrader(course, "autograde", assignment, "--create", "--force")

@@ -9,7 +9,7 @@ import pytest
 from course import ASSIGNMENTS, ROOT
 from layout import chapters, pages, repository, toc_parts
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.book
 
 LAUNCHERS = ("colab.research.google.com", "mybinder.org")
 

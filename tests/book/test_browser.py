@@ -27,7 +27,7 @@ from browser import CHROMIUM, CHROMIUM_ARGS
 from course import ROOT
 from layout import chapters, pages
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.book, pytest.mark.browser]
 
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 #: The Chinese edition's pages: the English book's, under zh/, but for the instructors' (English only).

@@ -20,7 +20,7 @@ import submissions as S
 from course import load, make_course, notebook, submit
 from dask_cluster import Cluster
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.dask, pytest.mark.sandbox, pytest.mark.nbgrader]
 
 A = S.ASSIGNMENT
 

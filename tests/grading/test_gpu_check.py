@@ -62,7 +62,9 @@ def test_the_catalogue_notebooks_grade_as_the_check_expects_in_process():
             assert not lost, f"{student} lost points in {lost}"
 
 
-@pytest.mark.slow
+@pytest.mark.gpu
+@pytest.mark.sandbox
+@pytest.mark.nbgrader
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is here: `make gpu-check` runs the real thing")
 def test_the_cpu_fallback_runs_every_step_and_prints_one_summary(tmp_path):
     env = {**os.environ, "OUT": str(tmp_path), "GPU_CHECK_PYTHON": sys.executable}

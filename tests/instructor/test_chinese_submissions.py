@@ -15,7 +15,7 @@ from submissions import WRONG_WINDOW, answer
 
 A = "03_masking"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader]
 
 
 def graded(course: Path, secret: Path) -> bytes:

@@ -23,7 +23,7 @@ import pytest
 
 from course import BIN, ROOT, load, make_course, nbgrader, notebook
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.browser]
 
 GUIDE = ROOT / "book" / "instructors" / "index.md"
 A = "03_masking"

@@ -138,7 +138,7 @@ def test_publishing_withholds_the_answers(tmp_path):
     assert not leaked, f"answer text was published: {leaked[:3]}"
 
 
-@pytest.mark.slow
+@pytest.mark.nbgrader
 def test_publishing_the_chinese_edition_releases_its_generated_notebooks(tmp_path):
     """``--language zh``: the notebooks of zh/exercises/ (checked against a fresh generation of zh/solutions/),
     their code the English notebooks', and a README in Chinese."""

@@ -24,6 +24,8 @@ import submissions as S
 from course import BIN, ROOT, load, nbgrader, notebook
 from pg import throwaway_server, wait_for
 
+pytestmark = pytest.mark.postgres
+
 A = "03_masking"           # graded in every test
 B = "01_nadaraya_watson"   # graded beside A in the test of two runs at once
 STUDENTS = ["blank", "correct", "partial", "solution"]  # of A; sorted, as the command grades them
@@ -323,7 +325,8 @@ def graded_both_ways(base, postgres, tmp_path_factory):
     return lite, pg, url, result
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.nbgrader
 def test_grades_in_postgres_equal_those_in_sqlite(graded_both_ways):
     lite, pg, url, result = graded_both_ways
     assert f"gradebook: {url}" in result.stdout
@@ -336,7 +339,8 @@ def test_grades_in_postgres_equal_those_in_sqlite(graded_both_ways):
     assert not list(Path(pg).glob("*.db")), "the PostgreSQL course wrote an SQLite gradebook"
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.nbgrader
 def test_nbgrader_export_and_feedback_read_the_grades_in_postgres(graded_both_ways):
     lite, pg, url, _ = graded_both_ways
     exported = export(pg)
@@ -355,7 +359,8 @@ def test_nbgrader_export_and_feedback_read_the_grades_in_postgres(graded_both_wa
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.nbgrader
 def test_two_runs_of_different_assignments_at_once_lose_no_grade(base, graded_both_ways, postgres, tmp_path):
     """A and B, graded by the same students, started together on an empty database.
 
@@ -404,7 +409,8 @@ def test_two_runs_of_different_assignments_at_once_lose_no_grade(base, graded_bo
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.sandbox
+@pytest.mark.nbgrader
 def test_a_database_gone_mid_run_is_a_clear_error_and_the_next_run_resumes(base, graded_both_ways, postgres,
                                                                              tmp_path):
     lite, _, _, _ = graded_both_ways

@@ -27,7 +27,7 @@ TWICE = {"masking with 0 instead of -inf", "masked attention without 1/√d", "s
 MISTAKES_PER_STUDENT = [3, 3, 3, 3, 2, 2, 2, 2, 2, 2] + [1] * 8
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader, pytest.mark.browser]
 
 
 def answer_code(answer) -> str:

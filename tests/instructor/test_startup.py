@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces"),
+              pytest.mark.sandbox]
 
 
 @pytest.fixture

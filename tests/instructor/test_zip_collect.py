@@ -19,7 +19,7 @@ import pytest
 
 from course import ROOT, nbgrader
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.nbgrader
 
 A = "03_masking"
 GUIDE = ROOT / "book" / "instructors" / "index.md"

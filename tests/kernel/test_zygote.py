@@ -19,7 +19,8 @@ import pytest
 from jupyter_core.utils import run_sync
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces")
+pytestmark = [pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux namespaces"),
+              pytest.mark.sandbox]
 
 
 def _limits(**changes):

@@ -42,7 +42,7 @@ def test_correct_answer_passes(chapter, check, answer, reference, hidden):
     check(answer, hidden=hidden)
 
 
-@pytest.mark.parametrize("chapter, check, answer, reference", CORRECT, ids=[f"{c[0]}-{c[2].__name__}" for c in CORRECT])
+@pytest.mark.parametrize("chapter, check, answer, reference", cases(CORRECT, [f"{c[0]}-{c[2].__name__}" for c in CORRECT]))
 def test_the_autograders_own_reference_is_refused(chapter, check, answer, reference):
     with pytest.raises(AssertionError, match="from the autograder package"):
         check(reference)
