@@ -22,14 +22,18 @@ MATRIX = [(assignment, entry) for assignment in ASSIGNMENTS
           for entry in importlib.import_module(f"catalogue_ch{assignment[:2]}").WRONG]
 
 
+#: Per assignment, the models its solution's training answer trained (kept while no replaced answer can reach it).
+KEPT_TRAININGS = {assignment: one_bug.TrainedByCode() for assignment in ASSIGNMENTS}
+
+
 @pytest.fixture(autouse=True)
-def forget_trained_models():
-    """Each grading trains afresh: no model trained for another notebook is reused."""
-    ch06_transformer._TRAINED.clear()
-    ch07_decoding._TRAINED.clear()
-    yield
-    ch06_transformer._TRAINED.clear()
-    ch07_decoding._TRAINED.clear()
+def trained_models(request, monkeypatch):
+    """A grading trains afresh where the replaced answer can reach a training answer (or is one); otherwise it
+    finds the model the solution's own training made, as an unchanged notebook would train it again."""
+    assignment, entry = (request.getfixturevalue(n) if n in request.fixturenames else None for n in ("assignment", "entry"))
+    fresh = entry is None or assignment is None or one_bug.reaches(assignment, one_bug.answer_name(assignment, entry[1].__name__))
+    for module in (ch06_transformer, ch07_decoding):
+        monkeypatch.setattr(module, "_TRAINED", {} if fresh else KEPT_TRAININGS[assignment])
 
 
 @pytest.mark.slow
@@ -46,7 +50,12 @@ def test_a_wrong_answer_costs_only_its_own_cells(assignment, entry):
     assert any(earned[grade_id] < full[grade_id] for grade_id in own), f"{description} cost nothing: {earned}"
 
 
-@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+#: The assignments whose solution trains a model when its notebook runs (seconds each: out of the fast loop).
+TRAINING = {"06_transformer", "07_decoding"}
+
+
+@pytest.mark.parametrize("assignment", [pytest.param(a, marks=[pytest.mark.slow] if a in TRAINING else [])
+                                        for a in ASSIGNMENTS])
 def test_the_solution_notebook_earns_every_point_in_process(assignment):
     assert one_bug.points_with(assignment) == one_bug.points(assignment)
 
