@@ -26,7 +26,7 @@ import submissions as S
 from autograder.grading.execute import MAX_RESTARTS
 from course import ASSIGNMENTS, load, make_course, nbgrader, notebook
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.sandbox, pytest.mark.nbgrader]
 
 A = S.ASSIGNMENT
 
@@ -481,12 +481,18 @@ LATER = [a for a in ASSIGNMENTS if a >= "04"]
 
 @pytest.fixture(scope="module")
 def later_assignments(tmp_path_factory):
-    """Assignments 04 onwards, each with the solution and the blank exercise, graded by the command."""
+    """Assignments 04 onwards, each with the solution and the blank exercise, and for 05 and 06 the crafted
+    submissions of the tests below, each assignment graded by one run of the command."""
     course = make_course(tmp_path_factory.mktemp("later"))
+    crafted = {POSITIONS: positions_crafted, TRANSFORMER: transformer_crafted}
     for assignment in LATER:
-        S.write(course, "solution", load(notebook(course / "solutions", assignment)), assignment=assignment)
-        S.write(course, "blank", load(notebook(course / "exercises", assignment)), assignment=assignment)
-        grade(course, "--workers", "2", assignment=assignment)
+        solution = load(notebook(course / "solutions", assignment))
+        students = {"solution": solution, "blank": load(notebook(course / "exercises", assignment))}
+        students |= crafted[assignment](solution) if assignment in crafted else {}
+        for student, nb in students.items():
+            S.write(course, student, nb, assignment=assignment)
+        result = grade(course, "--workers", "2", assignment=assignment)
+        assert "NOT graded" not in result.stdout, result.stdout
     return course
 
 
@@ -547,38 +553,38 @@ def _added_after(nb: dict, grade_id: str, code: str) -> dict:
     return nb
 
 
-def test_a_training_done_before_the_timed_call_fails_however_it_is_dressed_and_the_solution_passes(tmp_path):
-    """The task depends on the seed the grader passes, so a model trained beforehand sorts in the wrong order,
-    with or without a backward pass in the call; a block whose training output has another shape fails its own
-    part, never the submission's grading."""
-    course = make_course(tmp_path / "course")
-    solution = load(notebook(course / "solutions", "06_transformer"))
-    S.write(course, "solution", solution, assignment="06_transformer")
-    for student, code in (("precomputed", TRAINED_BEFORE_THE_CALL),
-                          ("precomputed_with_a_backward", TRAINED_BEFORE_WITH_A_DUMMY_BACKWARD)):
-        S.write(course, student, _added_after(solution, "train_sorting_transformer", code), assignment="06_transformer")
-    S.write(course, "block_of_another_shape", _added_after(solution, "TransformerEncoderBlock",
-                                                           BLOCK_OF_ANOTHER_SHAPE_IN_TRAINING),
-            assignment="06_transformer")
-    # the third round's worst: replies forged through input() for library attention and a training done before
-    # the call with a backward pass of nothing (10/10 before, against 0.5/10 for its control), beside its control
+TRANSFORMER = "06_transformer"
+
+
+def transformer_crafted(solution: dict) -> dict[str, dict]:
+    """06's crafted submissions: a training done before the call with a backward pass of nothing in it; a block whose
+    training output has another shape (its trainer left unanswered: nothing to train); the third round's worst
+    forgery, replies forged through input() for library attention and that training, beside its control."""
     control = S.answer(_added_after(solution, "train_sorting_transformer", TRAINED_BEFORE_WITH_A_DUMMY_BACKWARD),
                        "chunked_attention", LIBRARY_CHUNKS)
     hidden = LIBRARY_CHUNKS.replace("F.scaled_dot_product_attention", "getattr(F, 'scaled_dot_' + 'product_attention')")
-    forged = S.forged_through_input(S.answer(control, "chunked_attention", hidden))
-    S.write(course, "input_forged", forged, assignment="06_transformer")
-    S.write(course, "input_forged_control", control, assignment="06_transformer")
-    result = grade(course, "--workers", "2", assignment="06_transformer")
-    assert "NOT graded" not in result.stdout, result.stdout
-    rows = read_rows(course, "06_transformer")
+    untrained = S.answer(solution, "train_sorting_transformer", "def train_sorting_transformer(seed=0):\n"
+                                                                "    raise NotImplementedError")
+    return {"precomputed_with_a_backward": _added_after(solution, "train_sorting_transformer",
+                                                        TRAINED_BEFORE_WITH_A_DUMMY_BACKWARD),
+            "block_of_another_shape": _added_after(untrained, "TransformerEncoderBlock", BLOCK_OF_ANOTHER_SHAPE_IN_TRAINING),
+            "input_forged": S.forged_through_input(S.answer(control, "chunked_attention", hidden)),
+            "input_forged_control": control}
+
+
+def test_a_training_done_before_the_timed_call_fails_however_it_is_dressed_and_the_solution_passes(later_assignments):
+    """The task depends on the seed the grader passes, so a model trained beforehand sorts in the wrong order, with
+    a backward pass of nothing in the call; a block whose training output has another shape fails its own part,
+    never the submission's grading; the worst forgery earns no more than its control."""
+    rows = read_rows(later_assignments, TRANSFORMER)
     assert all(row["status"] == "passed" for (student, _), row in rows.items() if student == "solution")
-    for student in ("precomputed", "precomputed_with_a_backward"):
-        cheat = rows[(student, "test_train_sorting_transformer")]
-        assert cheat["status"] == "failed" and float(cheat["score"]) == 0
-        assert re.search(r"the model sorts [\d.]+% of the digits of fresh sequences correctly, in the order of seed",
-                         cheat["message"]), cheat["message"]
+    cheat = rows[("precomputed_with_a_backward", "test_train_sorting_transformer")]
+    assert cheat["status"] == "failed" and float(cheat["score"]) == 0
+    assert re.search(r"the model sorts [\d.]+% of the digits of fresh sequences correctly, in the order of seed",
+                     cheat["message"]), cheat["message"]
     block = {part: row["status"] for (student, part), row in rows.items() if student == "block_of_another_shape"}
-    assert block.pop("test_TransformerEncoderBlock") == "failed" and set(block.values()) == {"passed"}, block
+    assert block == {"test_TransformerEncoderBlock": "failed", "test_chunked_attention": "passed",
+                     "test_chunked_attention_arguments": "passed", "test_train_sorting_transformer": "failed"}, block
     forged, control = ({part: (row["status"], float(row["score"])) for (student, part), row in rows.items()
                         if student == who} for who in ("input_forged", "input_forged_control"))
     assert control == {"test_TransformerEncoderBlock": ("passed", 3.0), "test_chunked_attention": ("failed", 0.0),
@@ -608,22 +614,21 @@ class PositionalEncoding(_right_encoding):
 ORACLE_BOMB = "super().__init__()\n        self.bomb = sinusoidal_encoding(50_000, 2_000)  # 10**8 elements"
 
 
-def test_an_oracle_bomb_fails_its_own_part_and_the_class_graded_beside_it_gets_full_marks(tmp_path):
-    """Two integers that size the reference's result count against the part's budget: refused, the worker unharmed."""
-    course = make_course(tmp_path)
-    solution = load(notebook(course / "solutions", POSITIONS))
+def positions_crafted(solution: dict) -> dict[str, dict]:
+    """05's crafted submissions: an oracle bomb beside three correct students, and a module whose output in training
+    mode has another shape."""
     bomb = json.loads(json.dumps(solution))
     cell = S.cells_with(bomb, "PositionalEncoding")[0]
     cell["source"] = "".join(cell["source"]).replace("super().__init__()", ORACLE_BOMB, 1)
     assert ORACLE_BOMB in cell["source"]
-    for student in ("ada", "ben", "cy"):
-        S.write(course, student, solution, assignment=POSITIONS)
-    S.write(course, "bomb", bomb, assignment=POSITIONS)
-    S.write(course, "of_another_shape", _added_after(solution, "PositionalEncoding", ENCODING_OF_ANOTHER_SHAPE_IN_TRAINING),
-            assignment=POSITIONS)
-    result = grade(course, "--workers", "2", assignment=POSITIONS)
-    assert "NOT graded" not in result.stdout, result.stdout
-    rows = read_rows(course, POSITIONS)
+    return {"ada": solution, "ben": solution, "cy": solution, "bomb": bomb,
+            "of_another_shape": _added_after(solution, "PositionalEncoding", ENCODING_OF_ANOTHER_SHAPE_IN_TRAINING)}
+
+
+def test_an_oracle_bomb_fails_its_own_part_and_the_class_graded_beside_it_gets_full_marks(later_assignments):
+    """Two integers that size the reference's result count against the part's budget: refused, the worker unharmed;
+    a module of another shape in training fails its own part."""
+    rows = read_rows(later_assignments, POSITIONS)
     shaped = {part: row["status"] for (student, part), row in rows.items() if student == "of_another_shape"}
     assert shaped.pop("test_PositionalEncoding") == "failed" and set(shaped.values()) == {"passed"}, shaped
     for student in ("ada", "ben", "cy"):
