@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 ASSIGNMENTS := $(notdir $(wildcard solutions/[0-9]*))
 MATHJAX := _assets/mathjax/tex-chtml.js
 
-.PHONY: install book test lint sandbox chromium postgres exercises benchmark clean
+.PHONY: install book test test-fast lint sandbox chromium postgres exercises benchmark clean
 
 install: $(STAMP) $(MATHJAX)
 
@@ -36,9 +36,18 @@ book: $(STAMP) $(MATHJAX)
 	$(BIN)/python _ext/build_books.py --keep-going
 
 # The whole test suite (it builds the book too, in a temporary folder, and visits every
-# page in headless Chromium; screenshots land in _build/screenshots/).
+# page in headless Chromium; screenshots land in _build/screenshots/), on two workers: each
+# test module, and the tests of the built book together, run on one (tests/conftest.py).
+PYTEST_WORKERS ?= 2
 test: $(STAMP) $(MATHJAX) sandbox chromium postgres lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
+# The loop to run after every change: the lint gate and every test that needs no book, no
+# nbgrader, no kernel, no system package and no training (-m "not slow"; the tiers are the
+# markers of pyproject.toml). No apt, no npm.
+test-fast: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadgroup
 
 # The lint gate, before the tests: ruff with the rules chosen in pyproject.toml.
 lint: $(STAMP)
