@@ -11,6 +11,12 @@ from layout import chapters
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from book_build import BuildFailed, build_from_scratch
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # two workers on two cores: one thread each, theirs and their children's
+    os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 #: What a test may need beyond this process (markers declared in pyproject.toml): each implies `slow`.
 NEEDS = ("book", "browser", "nbgrader", "sandbox", "postgres", "dask", "gpu")
 #: What the session's fixtures need, added to every test that uses them.
@@ -29,8 +35,25 @@ def pytest_collection_modifyitems(config, items):
                     item.add_marker(need)
         if any(item.get_closest_marker(need) for need in NEEDS):
             item.add_marker("slow")
-        group = "book" if item.get_closest_marker("book") else item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+        group = _group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _group(item) -> str:
+    """The tests that must run on one worker (``--dist loadgroup``), so that what they share is made once: those of
+    the built book; those that share a session fixture; in a module, those that share a module's fixture. ``""``
+    for a test that shares nothing: any worker."""
+    if item.get_closest_marker("book"):
+        return "book"
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    shared = sorted(name for name, defs in definitions.items()
+                    if defs and defs[-1].scope in ("module", "session") and not defs[-1].func.__module__.startswith(
+                        ("_pytest", "pytest")))
+    sessions = [name for name in shared if definitions[name][-1].scope == "session"]
+    if sessions:
+        return "+".join(sessions)
+    return f"{item.nodeid.split('::')[0]}::{'+'.join(shared)}" if shared else ""
 
 
 @pytest.hookimpl(hookwrapper=True)
