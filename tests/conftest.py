@@ -1,6 +1,9 @@
+import functools
+import json
 import os
 import re
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,11 +26,16 @@ NEEDS = ("book", "browser", "nbgrader", "sandbox", "postgres", "dask", "gpu")
 FIXTURE_NEEDS = {"built_book": ("book",), "graded_course": ("nbgrader",)}
 
 
+#: Where the workers leave ``{test id: group}`` for the controller's scheduler (:class:`_ByGroup`): an environment
+#: variable the controller sets, which its workers inherit.
+GROUPS_FILE = "COURSE_TEST_GROUPS"
+
+
 def pytest_collection_modifyitems(config, items):
     """Mark each test with what its fixtures need, and every test that needs anything beyond this process `slow`;
-    give each one the group its worker runs it in (``--dist loadgroup``): the tests that read the built book one
-    group, so that the book is built once, and every other module a group of its own, so that a module's fixtures
-    are made once."""
+    give each one the group its worker runs it in (``--dist loadgroup``, :func:`_group`), and, in a worker, leave
+    the groups where the controller's scheduler reads them."""
+    groups = {}
     for item in items:
         for fixture, needs in FIXTURE_NEEDS.items():
             if fixture in getattr(item, "fixturenames", ()):
@@ -38,6 +46,45 @@ def pytest_collection_modifyitems(config, items):
         group = _group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get(GROUPS_FILE):
+        path = Path(os.environ[GROUPS_FILE])
+        written = path.with_name(f"{path.name}.{os.environ['PYTEST_XDIST_WORKER']}")
+        written.write_text(json.dumps(groups))
+        written.replace(path)  # whole, at once: both workers write the same groups
+
+
+def pytest_configure(config):
+    """The controller of a run on workers (``-n``) makes the file its workers leave the groups in."""
+    if config.pluginmanager.hasplugin("xdist") and getattr(config.option, "numprocesses", None) \
+            and not hasattr(config, "workerinput"):
+        handle, name = tempfile.mkstemp(prefix="course-test-groups-", suffix=".json")
+        os.close(handle)
+        os.environ[GROUPS_FILE] = name
+        config.add_cleanup(lambda: Path(name).unlink(missing_ok=True))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """With ``--dist loadgroup``, the scheduler of :class:`_ByGroup`. (pytest-xdist 3.8 marks a test's group by
+    renaming its node id, which pytest 9 no longer lets it do: its own ``loadgroup`` sends the tests of one group
+    to both workers, and each makes the group's fixtures.)"""
+    if config.getvalue("dist") == "loadgroup":
+        from xdist.scheduler import LoadScopeScheduling
+
+        class _ByGroup(LoadScopeScheduling):
+            """Each group (:func:`_group`) one unit of work on one worker; every test of no group a unit of its own."""
+
+            def _split_scope(self, nodeid: str) -> str:
+                return _groups().get(nodeid, nodeid)
+
+        return _ByGroup(config, log)
+    return None
+
+
+@functools.cache
+def _groups() -> dict[str, str]:
+    """``{test id: group}`` as the workers left it (read once, when the workers have collected)."""
+    return json.loads(Path(os.environ[GROUPS_FILE]).read_text() or "{}")
 
 
 def _group(item) -> str:

@@ -209,7 +209,7 @@ def catalogue(solution: dict, blank: dict, course: Path, port: int) -> dict[str,
 
     # 8. resources: each works only where a limit would not hold
     add("reads_shadow", answer(solution, "window_mask", secret(Path("/etc/shadow"))), expect(window_mask="failed"))
-    add("huge_message", answer(solution, "window_mask", RIGHT_WINDOW + "\nprint('x' * 700_000_000)\n"), expect())
+    add("huge_message", answer(solution, "window_mask", RIGHT_WINDOW + "\nprint('x' * 200_000_000)\n"), expect())
     # messages the grader cannot verify (signed with another key, or not Jupyter messages at all) are dropped
     add("garbles_messages", answer(solution, "window_mask", RIGHT_WINDOW + textwrap.dedent("""
         import sys
