@@ -46,11 +46,13 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import inspect
 import io
 import re
 import symtable
 import sys
 import tokenize
+import types
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
@@ -598,6 +600,8 @@ class _Cell(ast.NodeVisitor):
         on_module = bool(self.aliases.resolve(target))
         if attribute:
             self.placed.add(id(target))
+        if name == "getattr" and attribute and not on_module and is_library(f"?.{attribute}"):
+            self._library(node, {f"getattr(…).{attribute}"})  # on a value the reading cannot follow: the name says it
         if not attribute and on_module:
             self._unsure(node, f"{name}() on {_first(self.aliases.resolve(target))} with a name built at run time")
         elif attribute.startswith("__") and attribute.endswith("__") and attribute not in DUNDERS:
@@ -849,11 +853,30 @@ def _unsure_path(path: str) -> str:
 
 @functools.cache
 def _is_module(path: str) -> bool:
-    """Whether ``path`` names a module the grader can find (``torch.nn.functional``), not an object in one."""
+    """Whether ``path`` names a module the grader can find (``torch.nn.functional``), not an object in one: by its
+    import name, or as an attribute of a module the grader has imported (``torch.nn.modules.linear.F``)."""
     try:
-        return importlib.util.find_spec(path) is not None
+        if importlib.util.find_spec(path) is not None:
+            return True
     except (ImportError, ValueError, AttributeError):
-        return False
+        pass
+    return isinstance(_attribute_of_imported(path), types.ModuleType)
+
+
+def _attribute_of_imported(path: str) -> object:
+    """What ``path`` names below a module already imported in this process, read from the modules' own
+    dictionaries (``inspect.getattr_static``: no module's ``__getattr__`` runs, nothing is imported); ``None`` if
+    it names nothing there."""
+    first, *rest = path.split(".")
+    found: object = sys.modules.get(first)
+    for name in rest:
+        if found is None:
+            return None
+        try:
+            found = inspect.getattr_static(found, name)
+        except AttributeError:
+            return None
+    return found
 
 
 def _findable(module: str) -> bool:

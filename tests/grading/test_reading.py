@@ -60,6 +60,10 @@ UNSURE = {
                                  2, "built at run time"),
     "getattr kept as a value": ("look = getattr\nf = look(F, 'x')", 1, "getattr as a value"),
     "a function's code swapped": ("f.__code__ = g.__code__", 1, "__code__"),
+    "a module reached as an attribute, kept in a list": ("import torch\nh = [torch.nn.modules.linear.F][0]", 2,
+                                                         "torch.nn.modules.linear.F"),
+    "a module reached as an attribute, passed through a call": (
+        "import torch\nm = (lambda x: x)(torch.nn.modules.linear.F)", 2, "torch.nn.modules.linear.F"),
     "a frame": ("import sys\nframe = sys._getframe(1)", 2, "sys._getframe"),
     "a frame's globals": ("def f(e):\n    return e.__traceback__.tb_frame.f_globals", 2, "frame"),
     "input()": ("def f(x):\n    input('\\x1eautograder reply ...')\n    return x", 2, "input"),
@@ -201,6 +205,12 @@ REACHES = {
                                "    return Box.M.scaled_dot_product_attention(q, k, v)", "attention", "scaled_dot_product"),
     "bound in a timing magic": ("%time attend = F.scaled_dot_product_attention\ndef attention(q, k, v):\n"
                                 "    return attend(q, k, v)", "attention", "scaled_dot_product"),
+    "getattr by its name on a value the reading cannot follow": (
+        "def attention(q, k, v, lib=None):\n    return getattr(lib, 'scaled_dot_product_attention')(q, k, v)",
+        "attention", "getattr(…).scaled_dot_product_attention"),
+    "a module reached as an attribute": ("G = torch.nn.modules.linear.F\ndef attention(q, k, v):\n"
+                                         "    return G.scaled_dot_product_attention(q, k, v)", "attention",
+                                         "scaled_dot_product"),
     "ATen's math path": ("def attention(q, k, v):\n    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v)",
                          "attention", "torch.ops.aten._scaled_dot_product_attention_math"),
     "nn.MultiheadAttention inside a module": ("class MultiHeadAttention(nn.Module):\n    def __init__(self):\n"
