@@ -99,12 +99,22 @@ class Case:
         worst = tuple(int(i) for i in torch.unravel_index(error.argmax(), error.shape)) if error.dim() else ()
         problem = f"{name}: wrong values (largest error {error.max().item():.3g} at index {worst})"
         if not self.hidden:
-            problem += f"\n    expected: {_short(expected)}\n    got:      {_short(actual)}"
+            problem += _difference(expected.detach(), actual.detach(), worst)
         self.fail(problem)
 
 
 #: The most values of a tensor a visible case's message shows (the answer's result is the student's data).
 SHOWN_VALUES = 16
+
+
+def _difference(expected: torch.Tensor, actual: torch.Tensor, worst: tuple[int, ...]) -> str:
+    """The message lines that show a visible case's values: both tensors whole where they are small, else the row
+    (the last axis) that holds the largest error, so that the values shown are the ones that differ."""
+    if expected.numel() <= SHOWN_VALUES or len(worst) < 2:
+        return f"\n    expected: {_short(expected)}\n    got:      {_short(actual)}"
+    row = worst[:-1]  # the index of the row, every axis but the last
+    return (f"\n    the row that differs, at index {row} of shape {tuple(expected.shape)}:"
+            f"\n    expected: {_short(expected[row])}\n    got:      {_short(actual[row])}")
 
 
 def _short(t: torch.Tensor) -> str:
@@ -139,13 +149,6 @@ def _moved(value: Any, device: torch.device | str) -> Any:
 def tensors_in(result: Any) -> list[torch.Tensor]:
     """Every tensor in a result, in its tuples and lists."""
     return [leaf for leaf in nested.leaves(result, into=(tuple, list)) if isinstance(leaf, torch.Tensor)]
-
-
-def passed(part: str, cases: int, hidden: bool, advice: tuple[str, ...] = ()) -> None:
-    """Tell the student a check passed, and the advice on it (on stdout, which nbgrader does not penalise)."""
-    kind = "hidden" if hidden else "visible"
-    where = " and ".join(d.type for d in devices())
-    print(f"✔ {part}: passed {cases} {kind} case{'s' if cases != 1 else ''} on {where}" + advice_lines(advice))
 
 
 def advice_lines(advice: tuple[str, ...]) -> str:

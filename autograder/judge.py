@@ -33,7 +33,7 @@ from typing import Any, Callable, Protocol
 import torch
 
 from . import nested
-from .core import Case, CheckFailed, devices, passed, tensors_in, to_device
+from .core import Case, CheckFailed, advice_lines, devices, tensors_in, to_device
 from .kernel.measure import tensor_peak
 from .kernel.respond import names_called, respond
 from .parts import ArgumentCheck, Call, Part, Probe, hidden_calls, mistakes_of, probe_calls, reference_of, visible_calls
@@ -161,12 +161,26 @@ def checks(declaration: Part | ArgumentCheck) -> Callable[[Callable], Callable]:
         @functools.wraps(function)
         def check(answer: Any, hidden: bool = False) -> None:
             judged = judge(declaration, LocalRespondent(declaration, answer), hidden=hidden)
-            passed(declaration.name, judged.cases, hidden and isinstance(declaration, Part), judged.advice)
+            # on stdout, which nbgrader does not penalise
+            counts = [(judged.cases, hidden and isinstance(declaration, Part))]
+            print(passed_line(declaration, counts, devices()) + advice_lines(judged.advice))
 
         check.declaration = declaration
         return check
 
     return decorate
+
+
+def passed_line(declaration: Part | ArgumentCheck, counts: list[tuple[int, bool]], where: list[torch.device]) -> str:
+    """The ✔ line of a passed check, saying what was checked: a part's results (on which devices, and replayed on
+    ``meta`` where it is), or its bad arguments. ``counts``: ``(cases judged, hidden)`` of each call of the check."""
+    judged = " and ".join(f"{cases} {'hidden' if hidden else 'visible'} case{'s' * (cases != 1)}"
+                          for cases, hidden in counts)
+    if isinstance(declaration, ArgumentCheck):
+        return f"✔ {declaration.name}, bad arguments: passed, ValueError naming the argument on {judged}"
+    on = " and ".join(device.type for device in (where if declaration.on_devices else where[:1]))
+    return (f"✔ {declaration.name}: passed, results right on {judged}, on {on}"
+            + (", replayed on meta" if declaration.meta else ""))
 
 
 def judge(declaration: Part | ArgumentCheck, respondent: Respondent, *, hidden: bool = False, key: str | None = None,
@@ -362,23 +376,25 @@ KNOWN_MISTAKE = "; it matches a known mistake: "
 
 def _name_a_known_mistake(question: _Question, result: Any, failure: CheckFailed) -> None:
     """Where the grading side declares the part's known mistakes (``MISTAKES`` of its reference module), raise
-    ``failure`` with its first line naming the mistake whose result ``result`` matches, as it would the
-    reference's; return where none does (or on a student's machine, which has no references).
+    ``failure`` with its first line naming the mistake that the answer is, as far as the part's cases show;
+    return where none is (or on a student's machine, which has no references).
 
-    Two mistakes can give the same result on one case (a top-left causal mask and one that never leaves a
-    row empty, with more queries than keys): of those that match this case, the one that matches the
-    answer on the most of the part's cases is named, the first declared on a tie.
+    A mistake is the answer's only if it gives the answer's results on this case and on every other case of the
+    part that the answer answered: a different wrong answer often agrees with a known mistake on the case that
+    fails (a beam that stops at its first finished hypothesis, and the libraries' beam), and a name it does not
+    deserve sends a student to fix the wrong thing. Of several that match everywhere, the first declared.
     """
     matching = [(description, mistake) for description, mistake in mistakes_of(question.part)
                 if _matches(question, result, mistake)]
     if not matching:
         return
-    if len(matching) > 1:
-        answered = [(peer, peer.reply.result) for peer in question.peers or () if peer is not question
-                    and peer.reply is not None and not (peer.reply.error or peer.reply.missing or peer.reply.unanswered)]
-        matching = [max(matching, key=lambda known: sum(_matches(peer, got, known[1]) for peer, got in answered))]
+    answered = [(peer, peer.reply.result) for peer in question.peers or () if peer is not question
+                and peer.reply is not None and not (peer.reply.error or peer.reply.missing or peer.reply.unanswered)]
+    everywhere = [known for known in matching if all(_matches(peer, got, known[1]) for peer, got in answered)]
+    if not everywhere:
+        return
     problem, newline, rest = str(failure).partition("\n")
-    raise CheckFailed(f"{problem}{KNOWN_MISTAKE}{matching[0][0]}{newline}{rest}") from None
+    raise CheckFailed(f"{problem}{KNOWN_MISTAKE}{everywhere[0][0]}{newline}{rest}") from None
 
 
 def _matches(question: _Question, result: Any, mistake: Callable) -> bool:

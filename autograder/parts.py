@@ -155,6 +155,9 @@ class Part:
         rounding: ``rounding(*args, **kwargs)``: an absolute tolerance added to ``atol`` for
             one call, as far as float32 rounding alone may move a correct result on those
             inputs (e.g. :func:`~autograder.core.attention_rounding`); ``None``: nothing added.
+        first: ``first(case, result, expected) -> (result, expected)``: before the default
+            comparison, checks what it cannot (a cache's length after each step, in words) and
+            returns what is left to compare as tensors; ``None``: nothing checked first.
     """
 
     name: str
@@ -174,11 +177,12 @@ class Part:
     depends_on: dict[str, Any] = field(default_factory=dict)
     compare_with_reference: bool = True
     rounding: Callable[..., float] | None = None
+    first: Callable[[Case, Any, Any], tuple[Any, Any]] | None = None
 
     def __post_init__(self) -> None:
-        if self.rounding is not None and self.compare is not None:
-            raise ValueError(f"{self.name}: `rounding` widens the default comparison; a part with its own "
-                             "`compare` must allow for rounding there")
+        if (self.rounding is not None or self.first is not None) and self.compare is not None:
+            raise ValueError(f"{self.name}: `rounding` and `first` belong to the default comparison; a part with its "
+                             "own `compare` must do their work there")
         if len({probe.name for probe in self.probes}) != len(self.probes):
             raise ValueError(f"{self.name}: two probes share a name")
 
@@ -189,8 +193,10 @@ class Part:
         """Compare one call's result with the expected one; ``slack`` is added to ``atol``."""
         if self.compare is not None:
             self.compare(case, result, expected)
-        else:
-            expect_same_results(case, result, expected, self.outputs, atol=self.atol + slack, rtol=self.rtol)
+            return
+        if self.first is not None:
+            result, expected = self.first(case, result, expected)
+        expect_same_results(case, result, expected, self.outputs, atol=self.atol + slack, rtol=self.rtol)
 
     def stand_ins(self) -> tuple:
         """The checks' own stand-ins among the dependencies (they may call library attention)."""

@@ -23,7 +23,7 @@ import torch
 from nbformat import NotebookNode
 
 from ..core import CheckFailed, advice_lines
-from ..judge import JudgeFault, NeedsALook, NotDefined, Respondent, judge, where_raised
+from ..judge import JudgeFault, NeedsALook, NotDefined, Respondent, judge, passed_line, where_raised
 from ..text import clean
 from .errors import KernelLost, TimedOut
 from .execute import CellResult, CellStatus, Status, open_session
@@ -241,7 +241,7 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
     if not calls:
         return verdict(PartStatus.ERROR, "this test cell calls no check of the course (`checks.check_…(answer)`)")
     deadline = min(time.monotonic() + seconds, session.deadline)
-    lines, advice = [], []
+    counts, advice = [], []
     for call in calls:
         if time.monotonic() >= session.deadline:
             return verdict(PartStatus.TIMEOUT, "not checked: the notebook's time limit was reached")
@@ -276,12 +276,9 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
         except Exception as error:  # the course's own code (a bare assert, a bug): never the student's zero
             raise JudgeFault(f"{part.grade_id}: the grader failed while judging it: {type(error).__name__}: "
                              f"{error} ({where_raised(error)})") from error
-        kind = "hidden" if call.hidden else "visible"
-        lines.append(f"{judged.cases} {kind} case{'s' if judged.cases != 1 else ''}")
+        counts.append((judged.cases, call.hidden))
         advice += judged.advice
-    devices = " and ".join(device.type for device in where)
-    return verdict(PartStatus.PASSED, f"✔ {part.grade_id.removeprefix('test_')}: passed {' and '.join(lines)} on "
-                                      f"{devices}{advice_lines(tuple(dict.fromkeys(advice)))}")
+    return verdict(PartStatus.PASSED, passed_line(declaration, counts, where) + advice_lines(tuple(dict.fromkeys(advice))))
 
 
 def _add_time(spent: list[float], respondent) -> None:

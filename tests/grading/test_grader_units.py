@@ -341,8 +341,8 @@ def test_every_part_passes_with_its_points():
                                                       spent["test_causal_mask"]),
                        "test_padding_mask": PartResult("test_padding_mask", 1.0, 1.0, "passed", "",
                                                        spent["test_padding_mask"])}
-    assert texts["test_causal_mask"].startswith("✔ causal_mask: passed ") and "visible cases and" in texts[
-        "test_causal_mask"] and "hidden cases on cpu" in texts["test_causal_mask"]
+    assert texts["test_causal_mask"].startswith("✔ causal_mask: passed, results right on ") and "visible cases and" in texts[
+        "test_causal_mask"] and "hidden cases, on cpu, replayed on meta" in texts["test_causal_mask"]
 
 
 def test_a_status_is_stored_and_shown_as_its_text():
