@@ -117,7 +117,7 @@ def grade_wrong_answers(chapter: str, keys: list[str], training: bool) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--students", type=int, default=500, help="keys to grade each answer for (default 500)")
-    parser.add_argument("--chapters", nargs="+", default=["01", "02", "03", "04", "05", "06", "07"])
+    parser.add_argument("--chapters", nargs="+", default=["01", "02", "03", "04", "05", "06", "07", "08"])
     parser.add_argument("--training", action="store_true", help="include the checks that train a model")
     options = parser.parse_args()
     if options.students < 1:

@@ -4,7 +4,6 @@ import math
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from autograder import ch07_decoding as ch07
 from autograder.reference import ch07_decoding as ref07
@@ -19,49 +18,6 @@ def loss(logits, tokens, pad_id=None, shift=1, ignore_padding=True):
     picked = -log_probs.gather(-1, targets[..., None]).squeeze(-1)  # (batch, n - shift)
     keep = torch.ones_like(picked, dtype=torch.bool) if pad_id is None or not ignore_padding else targets != pad_id
     return picked[keep].mean() if ignore_padding else (picked * keep).sum() / keep.numel()
-
-
-def attend(q, K, V):
-    w = torch.softmax(torch.einsum("...qd,...kd->...qk", q, K) / math.sqrt(q.size(-1)), dim=-1)
-    return torch.einsum("...qk,...kv->...qv", w, V)
-
-
-def step(query, key, value, cache=None, forget_newest=False):
-    K = key if cache is None else torch.cat((cache[0], key), -2)
-    V = value if cache is None else torch.cat((cache[1], value), -2)
-    if forget_newest and cache is not None:
-        return attend(query, cache[0], cache[1]), (K, V)  # the new key is cached but not attended to
-    return attend(query, K, V), (K, V)
-
-
-def window_step(query, key, value, cache, window, keep=0):
-    if window < 1:
-        raise ValueError(f"window must be at least 1, got {window}")
-    K = key if cache is None else torch.cat((cache[0], key), -2)
-    V = value if cache is None else torch.cat((cache[1], value), -2)
-    size = window + keep
-    K, V = K[..., max(K.size(-2) - size, 0):, :], V[..., max(V.size(-2) - size, 0):, :]
-    return attend(query, K, V), (K, V)
-
-
-@torch.no_grad()
-def greedy(model, prompt, max_new_tokens, use_cache=True, eos_id=None, sticky_eos=True, cache_prompt_once=True):
-    out = prompt.clone()
-    done = torch.zeros(len(prompt), dtype=torch.bool, device=prompt.device)
-    cache = None
-    for _ in range(max_new_tokens):
-        if use_cache and cache is not None:
-            logits, cache = model(out[:, -1:], cache)
-        elif use_cache and cache_prompt_once:
-            logits, cache = model(out, None)
-        else:
-            logits, _ = model(out)
-        nxt = logits[:, -1, :].argmax(-1)
-        if eos_id is not None and sticky_eos:
-            nxt[done] = eos_id
-            done |= nxt == eos_id
-        out = torch.cat((out, nxt.unsqueeze(1)), 1)
-    return out
 
 
 def beam(log_prob_fn, bos_id, eos_id, beam_size, max_len, keep_finished=True):
@@ -134,36 +90,6 @@ def sample_by_inverse_cdf(logits, temperature=1.0, top_k=None, generator=None, t
     return (cumulative <= u).sum(-1).clamp(max=p.size(-1) - 1)  # token j when c[j-1] <= u < c[j]
 
 
-class GQA(nn.Module):
-    def __init__(self, num_hiddens, num_heads, num_kv_heads, bias=False, interleave=True):
-        super().__init__()
-        if num_kv_heads < 1 or num_heads % num_kv_heads:
-            raise ValueError("num_kv_heads must divide num_heads")
-        self.h, self.kv, self.interleave = num_heads, num_kv_heads, interleave
-        d = num_hiddens // num_heads
-        self.W_q, self.W_o = nn.Linear(num_hiddens, num_hiddens, bias=bias), nn.Linear(num_hiddens, num_hiddens, bias=bias)
-        self.W_k, self.W_v = nn.Linear(num_hiddens, num_kv_heads * d, bias=bias), nn.Linear(num_hiddens, num_kv_heads * d, bias=bias)
-
-    def forward(self, queries, keys, values, mask=None):
-        b, nq, _ = queries.shape
-        q = self.W_q(queries).view(b, nq, self.h, -1).permute(0, 2, 1, 3)  # (b, h, q, d)
-        k = self.W_k(keys).view(b, keys.size(1), self.kv, -1).permute(0, 2, 1, 3)  # (b, kv, k, d)
-        v = self.W_v(values).view(b, values.size(1), self.kv, -1).permute(0, 2, 1, 3)
-        g = self.h // self.kv
-        # (b, kv, k, d) -> (b, h, k, d): query head j reads kv head j // g (or, wrongly, j % kv)
-        index = torch.arange(self.h, device=q.device) // g if self.interleave else torch.arange(self.h, device=q.device) % self.kv
-        k, v = k[:, index], v[:, index]
-        s = q @ k.transpose(-1, -2) / math.sqrt(q.size(-1))
-        if mask is not None:
-            s = s.masked_fill(~mask, -math.inf)
-        w = torch.nan_to_num(s.softmax(-1), nan=0.0)
-        return self.W_o((w @ v).transpose(1, 2).reshape(b, nq, -1))
-
-
-def cache_bytes(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
-    return num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value * 2
-
-
 def train(seed=0, code_of=ch07.answer_code):
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
@@ -186,19 +112,12 @@ TRAINING_CHECKS = [ch07.check_train_reversal_decoder]  # they train a model: slo
 
 CORRECT = [  # (check, a correct answer, the autograder's reference, which must be refused)
     (ch07.check_causal_lm_loss, loss, ref07.causal_lm_loss),
-    (ch07.check_cached_attention_step, step, ref07.cached_attention_step),
-    (ch07.check_sliding_window_step, window_step, ref07.sliding_window_step),
-    (ch07.check_sliding_window_step_arguments, window_step, ref07.sliding_window_step),
-    (ch07.check_greedy_decode, greedy, ref07.greedy_decode),
     (ch07.check_beam_search, beam, ref07.beam_search),
     (ch07.check_sample_next, sample, ref07.sample_next),
     (ch07.check_sample_next, sample_by_inverse_cdf, ref07.sample_next),
     (ch07.check_sample_next, sample_unsorted_nucleus, ref07.sample_next),
     (ch07.check_sample_next_arguments, sample_by_inverse_cdf, ref07.sample_next),
     (ch07.check_sample_next_arguments, sample, ref07.sample_next),
-    (ch07.check_grouped_query_attention, GQA, ref07.GroupedQueryAttention),
-    (ch07.check_grouped_query_attention_arguments, GQA, ref07.GroupedQueryAttention),
-    (ch07.check_kv_cache_bytes, cache_bytes, ref07.kv_cache_bytes),
     (ch07.check_train_reversal_decoder, train, ref07.train_reversal_decoder),
 ]
 
@@ -215,36 +134,6 @@ def _no_shift(logits, tokens, pad_id=None):
 
 def _padding_counted(logits, tokens, pad_id=None):
     return loss(logits, tokens, pad_id, ignore_padding=False)  # padding zeroed but still in the mean's count
-
-
-def _forgets_newest_key(query, key, value, cache=None):
-    return step(query, key, value, cache, forget_newest=True)
-
-
-def _cache_not_grown(query, key, value, cache=None):
-    output, _ = step(query, key, value, cache)
-    return output, (key, value)  # only the newest position is kept
-
-
-def _window_one_too_wide(query, key, value, cache, window):
-    return window_step(query, key, value, cache, window, keep=1)
-
-
-def _window_one_too_narrow(query, key, value, cache, window):
-    return window_step(query, key, value, cache, window, keep=-1) if window > 1 else window_step(
-        query, key, value, cache, window)
-
-
-def _greedy_eos_not_sticky(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
-    return greedy(model, prompt, max_new_tokens, use_cache, eos_id, sticky_eos=False)
-
-
-def _cache_ignored(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
-    return greedy(model, prompt, max_new_tokens, False, eos_id)  # right tokens, the whole prefix every step
-
-
-def _cache_from_the_first_token(model, prompt, max_new_tokens, use_cache=True, eos_id=None):
-    return greedy(model, prompt[:, -1:], max_new_tokens, use_cache, eos_id)  # the prompt's start never seen
 
 
 def _drops_finished(log_prob_fn, bos_id, eos_id, beam_size, max_len):
@@ -295,6 +184,19 @@ def _keep_best(pool, size):
     return sorted(pool, key=lambda c: c[1], reverse=True)[:size]
 
 
+def _stops_at_the_first_finished(log_prob_fn, bos_id, eos_id, beam_size, max_len):
+    """Stops as soon as a hypothesis of the beam is finished, and returns it: the best of the finished ones."""
+    hyps = [((bos_id,), 0.0)]
+    while True:
+        finished = [h for h in hyps if h[0][-1] == eos_id or len(h[0]) >= max_len]
+        if finished:
+            best = max(finished, key=lambda h: h[1])
+            return torch.tensor(best[0]), best[1]
+        lp = log_prob_fn(torch.tensor([h[0] for h in hyps]))
+        grown = [(h[0] + (v,), h[1] + float(lp[i, v])) for i, h in enumerate(hyps) for v in range(lp.size(-1))]
+        hyps = sorted(grown, key=lambda h: h[1], reverse=True)[:beam_size]
+
+
 def _greedy_instead_of_beam(log_prob_fn, bos_id, eos_id, beam_size, max_len):
     return beam(log_prob_fn, bos_id, eos_id, 1, max_len)
 
@@ -306,6 +208,15 @@ def _mean_score(log_prob_fn, bos_id, eos_id, beam_size, max_len):
 
 def _ignores_top_k(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
     return sample(logits, temperature, top_k, generator, top_p, use_top_k=False)
+
+
+def _top_k_without_ties(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
+    """Keeps exactly top_k tokens, by index: a token tied with the top_k-th logit is dropped."""
+    if top_k is None or temperature == 0:
+        return sample(logits, temperature, top_k, generator, top_p)
+    z = logits / temperature
+    kept = torch.zeros_like(z, dtype=torch.bool).scatter(-1, z.topk(min(top_k, z.size(-1)), dim=-1).indices, True)
+    return sample(z.masked_fill(~kept, -math.inf), 1.0, None, generator, top_p)
 
 
 def _temperature_multiplies(logits, temperature=1.0, top_k=None, generator=None, top_p=None):
@@ -347,25 +258,6 @@ def _top_p_unchecked(logits, temperature=1.0, top_k=None, generator=None, top_p=
     return sample(logits, temperature, top_k, generator, top_p, check_top_p=False)
 
 
-class _GroupsInTheWrongOrder(GQA):
-    def __init__(self, num_hiddens, num_heads, num_kv_heads, bias=False):
-        super().__init__(num_hiddens, num_heads, num_kv_heads, bias, interleave=False)
-
-
-class _WideKeys(GQA):
-    def __init__(self, num_hiddens, num_heads, num_kv_heads, bias=False):
-        super().__init__(num_hiddens, num_heads, num_kv_heads, bias)
-        self.W_k, self.W_v = nn.Linear(num_hiddens, num_hiddens, bias=bias), nn.Linear(num_hiddens, num_hiddens, bias=bias)
-
-
-def _keys_only(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
-    return num_layers * num_kv_heads * head_dim * seq_len * batch_size * bytes_per_value
-
-
-def _batch_forgotten(num_layers, num_kv_heads, head_dim, seq_len, batch_size=1, bytes_per_value=2):
-    return 2 * num_layers * num_kv_heads * head_dim * seq_len * bytes_per_value
-
-
 def _plain_whatever_the_seed(seed=0):
     return train(seed, code_of=lambda seed: None)  # the chapter's task, not the seed's
 
@@ -380,19 +272,6 @@ WRONG_AND_WHY = [
     ("loss shifted the wrong way", ch07.check_causal_lm_loss, _shift_the_wrong_way, False, "the loss: wrong values"),
     ("loss not shifted", ch07.check_causal_lm_loss, _no_shift, False, "the loss: wrong values"),
     ("padding counted in the mean", ch07.check_causal_lm_loss, _padding_counted, False, "the loss: wrong values"),
-    ("cache that forgets the newest key", ch07.check_cached_attention_step, _forgets_newest_key, False,
-     "the outputs of every step: wrong values"),
-    ("cache not grown", ch07.check_cached_attention_step, _cache_not_grown, False,
-     "the outputs of every step: wrong values"),
-    ("window one position too wide", ch07.check_sliding_window_step, _window_one_too_wide, False,
-     "the outputs of every step: wrong values"),
-    ("window one position too narrow", ch07.check_sliding_window_step, _window_one_too_narrow, False,
-     "the outputs of every step: wrong values"),
-    ("end token not repeated", ch07.check_greedy_decode, _greedy_eos_not_sticky, False,
-     "the tokens differ from greedy decoding's"),
-    ("cache never used", ch07.check_greedy_decode, _cache_ignored, False, "then each new token alone with the cache"),
-    ("prompt not fed whole", ch07.check_greedy_decode, _cache_from_the_first_token, False,
-     "with the prompt once (no cache)"),
     ("beam drops finished hypotheses", ch07.check_beam_search, _drops_finished, False,
      "not the best hypothesis the beam keeps"),
     ("greedy whatever the beam size", ch07.check_beam_search, _greedy_instead_of_beam, False,
@@ -404,6 +283,10 @@ WRONG_AND_WHY = [
     ("length-normalised score", ch07.check_beam_search, _mean_score, False,
      "the score should be the hypothesis' summed log-probability"),
     ("sampling ignores top-k", ch07.check_sample_next, _ignores_top_k, False, "draws a token outside the top_k"),
+    ("top-k without its ties", ch07.check_sample_next, _top_k_without_ties, False,
+     "in every row the logit after the top_k-th tied with it"),
+    ("beam stopped at its first finished hypothesis", ch07.check_beam_search, _stops_at_the_first_finished, False,
+     "beam_search: "),
     ("temperature multiplies the logits", ch07.check_sample_next, _temperature_multiplies, False,
      "softmax(logits / temperature)"),
     ("generator unused", ch07.check_sample_next, _global_generator, False,
@@ -418,13 +301,6 @@ WRONG_AND_WHY = [
     ("top-p on the logits, not the probabilities", ch07.check_sample_next, _top_p_of_the_logits, False,
      "the nucleus of top_p"),
     ("top_p outside (0, 1] accepted", ch07.check_sample_next_arguments, _top_p_unchecked, False, "naming `top_p`"),
-    ("groups mapped in the wrong order", ch07.check_grouped_query_attention, _GroupsInTheWrongOrder, False,
-     "the output: wrong values"),
-    ("keys and values as wide as the queries", ch07.check_grouped_query_attention, _WideKeys, False, "output features"),
-    ("cache bytes of the keys only", ch07.check_kv_cache_bytes, _keys_only, False,
-     "bytes"),  # "N bytes" (a hidden case does not say what was expected)
-    ("cache bytes without the batch", ch07.check_kv_cache_bytes, _batch_forgotten, False,
-     "bytes"),  # "N bytes" (a hidden case does not say what was expected)
     ("an untrained model", ch07.check_train_reversal_decoder, _untrained, False, "in the code of seed"),
     ("digits as they are, whatever the seed", ch07.check_train_reversal_decoder, _plain_whatever_the_seed, False,
      "in the code of seed"),
@@ -437,19 +313,10 @@ KNOWN_MISTAKES = {
     "loss shifted the wrong way": "targets shifted the wrong way: position t scored against token t − 1",
     "loss not shifted": "no shift: position t scored against its own token",
     "padding counted in the mean": "padding not left out: its targets scored and counted in the mean",
-    "cache that forgets the newest key": "the new key and value cached but not attended to in their own step",
-    "window one position too wide": "window one position too wide (window + 1 positions kept)",
-    "window one position too narrow": "window one position too narrow (window − 1 positions kept)",
-    "end token not repeated": "a sequence that produced eos_id goes on decoding instead of repeating it",
-    "cache never used": "the cache never used: the whole prefix fed at every step, also with use_cache=True",
     "finished hypotheses pooled outside the beam": "finished hypotheses set aside in a pool, the beam refilled with "
                                                    "beam_size unfinished ones",
     "finished hypotheses pooled as libraries do, no length penalty": "finished hypotheses pooled only when among the "
                                                                      "step's beam_size best, as Hugging Face and "
                                                                      "fairseq do (no length penalty)",
     "length-normalised score": "score averaged over the generated tokens instead of summed",
-    "groups mapped in the wrong order": "query head g paired with key/value head g mod num_kv_heads (repeat instead "
-                                        "of repeat_interleave)",
-    "cache bytes of the keys only": "the keys only: the factor 2 for keys and values left out",
-    "cache bytes without the batch": "batch_size left out",
 }

@@ -28,6 +28,7 @@ import catalogue_ch04
 import catalogue_ch05
 import catalogue_ch06
 import catalogue_ch07
+import catalogue_ch08
 import submissions as S
 from autograder import ch03_masking
 from autograder.grading.in_process import grade_in_process
@@ -318,7 +319,7 @@ def test_no_solution_notebook_is_unsure_or_reaches_library_attention(path):
 
 
 CATALOGUES = (catalogue_ch01, catalogue_ch02, catalogue_ch03, catalogue_ch04, catalogue_ch05, catalogue_ch06,
-              catalogue_ch07)
+              catalogue_ch07, catalogue_ch08)
 
 
 def _right_answers():

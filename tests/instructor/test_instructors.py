@@ -203,7 +203,7 @@ def test_the_syllabus_counts_parts_points_and_solution_lines():
     text = SYLLABUS.read_text()
     section = re.search(r"^## Time per assignment\s*\n(.*?)(?=^## |\Z)", text, re.MULTILINE | re.DOTALL)
     assert section, "book/instructors/syllabus.md has no '## Time per assignment' section"
-    totals = re.search(r"assignments carry ([\d, and]+) points", text)
+    totals = re.search(r"assignments carry ([\d., and]+) points", text)
     assert totals, "book/instructors/syllabus.md no longer says how many points each assignment carries"
     said_totals = [float(n) for n in re.findall(r"\d+(?:\.\d+)?", totals.group(1))]
     assert said_totals == [sum(graded_parts(a).values()) for a in ASSIGNMENTS], f"points per assignment: {said_totals}"

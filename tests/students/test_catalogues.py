@@ -17,9 +17,11 @@ import catalogue_ch04
 import catalogue_ch05
 import catalogue_ch06
 import catalogue_ch07
+import catalogue_ch08
 from autograder.core import CheckFailed
 
-CATALOGUES = [catalogue_ch01, catalogue_ch02, catalogue_ch03, catalogue_ch04, catalogue_ch05, catalogue_ch06, catalogue_ch07]
+CATALOGUES = [catalogue_ch01, catalogue_ch02, catalogue_ch03, catalogue_ch04, catalogue_ch05, catalogue_ch06, catalogue_ch07,
+              catalogue_ch08]
 CORRECT = [(m.__name__[-4:], *entry) for m in CATALOGUES for entry in m.CORRECT]
 #: (chapter, name, check, answer, hidden, a phrase of the message that says why it is wrong)
 WRONG = [(m.__name__[-4:], *entry) for m in CATALOGUES for entry in m.WRONG_AND_WHY]

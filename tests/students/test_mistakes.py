@@ -7,17 +7,20 @@ import pytest
 import torch
 
 import catalogue_ch03
+import catalogue_ch07
+from autograder import ch07_decoding as ch07
 from autograder import parts
 from autograder.core import CheckFailed
 from autograder.judge import KNOWN_MISTAKE, LocalRespondent, judge
 from autograder.parts import reference_module
 from autograder.reference import ch03_masking as ref03
+from autograder.reference import ch07_decoding as ref07
 
 #: three students' keys: a mistake is named alike whatever the hidden cases
 KEYS = ["some key", "another student", "a third one"]
 KEY = KEYS[0]
 #: every catalogue that says which known mistake each of its wrong answers makes (``KNOWN_MISTAKES``)
-CATALOGUES = [module for module in (importlib.import_module(f"catalogue_ch{n:02d}") for n in range(1, 8))
+CATALOGUES = [module for module in (importlib.import_module(f"catalogue_ch{n:02d}") for n in range(1, 9))
               if hasattr(module, "KNOWN_MISTAKES")]
 
 
@@ -123,3 +126,29 @@ def test_on_a_students_machine_nothing_is_named(monkeypatch):
     for _, _, declaration, answer, why, _ in MISTAKEN:
         line = first_line(declaration, answer, hidden=False)
         assert why in line and "known mistake" not in line, line
+
+
+# ---- a name only where the mistake is the answer's ----
+
+
+@pytest.mark.parametrize("key", KEYS + ["fairness-3", "fairness-5"])
+def test_a_beam_that_stops_at_its_first_finished_hypothesis_is_not_named_as_the_libraries_beam(key):
+    """It often agrees with the libraries' beam on the case it fails; every student's cases hold one where they
+    differ, and the name goes only to a mistake that gives the answer's results on all of them."""
+    declaration, answer = ch07.check_beam_search.declaration, catalogue_ch07._stops_at_the_first_finished
+    libraries = dict(ref07.MISTAKES["beam_search"])[catalogue_ch07.KNOWN_MISTAKES[
+        "finished hypotheses pooled as libraries do, no length penalty"]]
+    calls = parts.hidden_calls(declaration, key)[0]
+    assert any(not torch.equal(declaration.adapt(answer)(*call.args)[0], declaration.adapt(libraries)(*call.args)[0])
+               for call in calls), "no case tells the two apart"
+    line = first_line(declaration, answer, key=key)
+    assert line.startswith("beam_search: ") and KNOWN_MISTAKE not in line, line
+
+
+@pytest.mark.parametrize("key", KEYS + ["fairness-3", "fairness-11"])
+def test_a_nucleus_taken_before_the_temperature_is_not_told_it_left_out_the_crossing_token(key):
+    declaration = ch07.check_sample_next.declaration
+    line = first_line(declaration, catalogue_ch07._nucleus_before_the_temperature, key=key)
+    assert "the nucleus of top_p" in line and "crosses top_p" not in line, line
+    line = first_line(declaration, catalogue_ch07._without_crossing_token, key=key)
+    assert "It is the token that crosses top_p" in line, line
