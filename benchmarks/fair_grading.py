@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import torch
 
-from autograder.judge import LocalRespondent, judge
+from autograder.judge import KNOWN_MISTAKE, LocalRespondent, judge
 from autograder.parts import hidden_calls
 
 
@@ -104,14 +104,27 @@ def grade_correct_answers(chapter: str, keys: list[str], training: bool) -> int:
 
 
 def grade_wrong_answers(chapter: str, keys: list[str], training: bool) -> int:
-    """Print, per wrong answer of ``chapter``, for how many keys it passed; return the passes in all."""
+    """Print, per wrong answer of ``chapter``, for how many keys it passed, and for how many its message names
+    another mistake than its own (the catalogue's ``KNOWN_MISTAKES``: its own, or none); return the passes and
+    the misnamings in all."""
     total = 0
+    known = getattr(importlib.import_module(f"catalogue_ch{chapter}"), "KNOWN_MISTAKES", {})
     for name, check, answer in wrong_answers(chapter, training):
-        passed = passes_over_students(check, answer, keys)
-        total += len(passed)
+        found = verdicts(check, answer, keys)
+        passed = [key for key, message in found if message is None]
+        misnamed = [key for key, message in found if message is not None and _named(message) != known.get(name)]
+        total += len(passed) + len(misnamed)
         print(f"ch{chapter} {check.__name__} wrong: {name}: passed {len(passed)} of {len(keys)} students"
-              + (f" ({', '.join(passed[:3])}{', ...' if len(passed) > 3 else ''})" if passed else ""))
+              + (f" ({', '.join(passed[:3])}{', ...' if len(passed) > 3 else ''})" if passed else "")
+              + f"; named {known.get(name, 'no known mistake')!r}, otherwise for {len(misnamed)}"
+              + (f" ({misnamed[0]}: {found[keys.index(misnamed[0])][1]})" if misnamed else ""))
     return total
+
+
+def _named(message: str) -> str | None:
+    """The known mistake a message's first line names, or ``None``."""
+    _, joined, named = message.partition(KNOWN_MISTAKE)
+    return named if joined else None
 
 
 def main() -> int:
@@ -130,7 +143,8 @@ def main() -> int:
         failed_in_all += grade_correct_answers(chapter, keys, options.training)
         passed_in_all += grade_wrong_answers(chapter, keys, options.training)
         print(f"ch{chapter}: {time.monotonic() - started:.0f} s", flush=True)
-    print(f"correct answers failed {failed_in_all} times in all; wrong answers passed {passed_in_all} times in all")
+    print(f"correct answers failed {failed_in_all} times in all; wrong answers passed or were named another mistake "
+          f"{passed_in_all} times in all")
     return 1 if failed_in_all or passed_in_all else 0
 
 

@@ -304,10 +304,8 @@ def _loss_calls(seeds) -> list[Call]:
 def _telling(table: torch.Tensor, bos: int, eos: int, max_len: int) -> bool:
     """Whether, on ``table``, greedy search misses the best sequence, and a beam of 2 or 3 finds
     another hypothesis than each known variant of the contract's rule that sets finished
-    hypotheses aside outside the beam (:func:`_pooled_beam`, both ways), and on which a beam that stops at its
-    first finished hypothesis (:func:`_stopped_beam`) finds another one than the libraries' variant, so that
-    it is never taken for it. Every table of a student's cases is drawn so, so each variant is wrong for every
-    student, not for some.
+    hypotheses aside outside the beam (:func:`_pooled_beam`, both ways). Every table of a
+    student's cases is drawn so, so each variant is wrong for every student, not for some.
     (A search that stops once its best hypothesis is finished needs no case: scores only
     fall as hypotheses grow, so it returns what the contract's rule returns.)"""
     log_prob_fn = table_log_probs(table)
@@ -316,12 +314,18 @@ def _telling(table: torch.Tensor, bos: int, eos: int, max_len: int) -> bool:
                    for beam, tokens in found.items())
                for as_libraries in (True, False)):  # the libraries' variant first: it is the rarer to tell apart
         return False
-    if not any(not torch.equal(_stopped_beam(log_prob_fn, bos, eos, beam, max_len),
-                               _pooled_beam(log_prob_fn, bos, eos, beam, max_len, True)) for beam in (2, 3)):
-        return False  # a beam that stops at its first finished hypothesis would pass for the libraries'
     greedy, _ = beam_search(log_prob_fn, bos, eos, 1, max_len)
     best, _ = beam_search(log_prob_fn, bos, eos, table.shape[-1] ** max_len, max_len)
     return not torch.equal(greedy, best)
+
+
+def _parts_stopping_from_pooling(table: torch.Tensor, bos: int, eos: int, max_len: int) -> bool:
+    """Whether, on ``table``, a beam of 2 or 3 that stops at its first finished hypothesis (:func:`_stopped_beam`)
+    finds another sequence than one that pools finished hypotheses as libraries do: where no table of a student
+    tells them apart, the first would give the second's results on every case and be named as it."""
+    log_prob_fn = table_log_probs(table)
+    return any(not torch.equal(_stopped_beam(log_prob_fn, bos, eos, beam, max_len),
+                               _pooled_beam(log_prob_fn, bos, eos, beam, max_len, True)) for beam in (2, 3))
 
 
 def _stopped_beam(log_prob_fn, bos: int, eos: int, beam_size: int, max_len: int) -> torch.Tensor:
@@ -381,11 +385,28 @@ def _beam_calls(seeds) -> list[Call]:
                 break
         else:
             raise RuntimeError(f"no table of seed {seed} tells the rules of beam search apart")
-        for beam_size in (1, 2, 3, vocab ** max_len):
-            calls.append(Call(f"a table of log-probabilities {tuple(table.shape)} (step, last token, next token), "
-                              f"bos_id={bos}, eos_id={eos}, beam_size={beam_size}, max_len={max_len}",
-                              (table, bos, eos, beam_size, max_len)))
-    return calls
+        calls += _table_calls(table, bos, eos, max_len, (1, 2, 3, vocab ** max_len))
+    return calls + _stopping_calls(seeds[0])
+
+
+def _table_calls(table: torch.Tensor, bos: int, eos: int, max_len: int, beam_sizes) -> list[Call]:
+    return [Call(f"a table of log-probabilities {tuple(table.shape)} (step, last token, next token), bos_id={bos}, "
+                 f"eos_id={eos}, beam_size={beam_size}, max_len={max_len}", (table, bos, eos, beam_size, max_len))
+            for beam_size in beam_sizes]
+
+
+def _stopping_calls(seed: int) -> list[Call]:
+    """Beams of 2 and 3 on one more table, over 4 tokens and 5 long, on which greedy search is wrong and a beam
+    that stops at its first finished hypothesis finds another sequence than the libraries' pooling
+    (:func:`_parts_stopping_from_pooling`; about one table in ten does both)."""
+    g = torch.Generator().manual_seed(seed + 1)
+    for _ in range(1000):
+        table = torch.log_softmax(torch.randn(4, 4, 4, generator=g, dtype=torch.float64), -1)
+        greedy, _ = beam_search(table_log_probs(table), 0, 3, 1, 5)
+        best, _ = beam_search(table_log_probs(table), 0, 3, 4**5, 5)
+        if not torch.equal(greedy, best) and _parts_stopping_from_pooling(table, 0, 3, 5):
+            return _table_calls(table, 0, 3, 5, (2, 3))
+    raise RuntimeError(f"no table of seed {seed} tells a beam that stops early from the libraries' pooling")
 
 
 def _sampling_calls(seeds) -> list[Call]:
