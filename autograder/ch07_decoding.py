@@ -311,10 +311,12 @@ def _expect_support(case: Case, frequencies, cut, p, setting: dict) -> None:
     missed = (frequencies == 0) & (p * draws >= 30)
     if missed.any():
         row, token = _first(missed)
-        # the tokens that cross top_p: less than top_p above them, at least top_p with them (rows, vocab)
-        crossing_tokens = (p > 0) & (above + cut >= top_p) if top_p is not None else torch.zeros_like(missed)
-        # named only where every token missed, in every row, is its row's crossing token: that is the mistake
-        crossing = bool(crossing_tokens[row, token]) and not (missed & ~crossing_tokens).any()
+        # the tokens that cross top_p (less than top_p above them, at least top_p with them) and are not the most
+        # probable of their row, which every nucleus keeps: (rows, vocab)
+        crossing_tokens = (p > 0) & (above + cut >= top_p) & (above > 0) if top_p is not None else \
+            torch.zeros_like(missed)
+        # named only where the tokens missed are exactly those, in every row: that is the mistake, and no other
+        crossing = bool(crossing_tokens[row, token]) and torch.equal(missed, crossing_tokens & (p * draws >= 30))
         case.fail(f"token {token} of row {row} is never drawn; {source} gives it {p[row, token]:.3f} ({said})"
                   + (f". It is the token that crosses top_p: the tokens more probable than it hold "
                      f"{above[row, token]:.3f} < top_p, {above[row, token] + cut[row, token]:.3f} with it, and the "

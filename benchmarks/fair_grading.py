@@ -51,13 +51,15 @@ def wrong_answers(chapter: str, training: bool) -> list[tuple]:
     return [(name, check, answer) for name, check, answer, _ in catalogue.WRONG if training or check not in slow]
 
 
-def verdicts(check, answer, keys: list[str]) -> list[tuple[str, str | None]]:
+def verdicts(check, answer, keys: list[str], observed: bool = True) -> list[tuple[str, str | None]]:
     """``[(key, None if answer passes the key's hidden cases (probes included), else the first line
-    of the message)]``."""
+    of the message)]``. ``observed=False``: what the answer's process observes of itself is advice, as it is at
+    grading, where a kernel reports it (a known mistake is then named from the results alone)."""
     found = []
     for key in keys:
         try:
-            judge(check.declaration, LocalRespondent(check.declaration, answer), hidden=True, key=key)
+            judge(check.declaration, LocalRespondent(check.declaration, answer, observes_for_the_judge=observed),
+                  hidden=True, key=key)
         except AssertionError as problem:
             found.append((key, str(problem).splitlines()[0]))
         else:
@@ -104,14 +106,14 @@ def grade_correct_answers(chapter: str, keys: list[str], training: bool) -> int:
 
 
 def grade_wrong_answers(chapter: str, keys: list[str], training: bool) -> int:
-    """Print, per wrong answer of ``chapter``, for how many keys it passed, and for how many its message names
-    another mistake than its own (the catalogue's ``KNOWN_MISTAKES``: its own, or none); return the passes and
-    the misnamings in all."""
+    """Print, per wrong answer of ``chapter``, for how many keys it passed, and for how many its message at grading
+    names another mistake than its own (the catalogue's ``KNOWN_MISTAKES``: its own, or none); return the passes
+    and the misnamings in all."""
     total = 0
     known = getattr(importlib.import_module(f"catalogue_ch{chapter}"), "KNOWN_MISTAKES", {})
     for name, check, answer in wrong_answers(chapter, training):
-        found = verdicts(check, answer, keys)
-        passed = [key for key, message in found if message is None]
+        passed = [key for key, message in verdicts(check, answer, keys) if message is None]
+        found = verdicts(check, answer, keys, observed=False)  # as the grader names it, from results
         misnamed = [key for key, message in found if message is not None and _named(message) != known.get(name)]
         total += len(passed) + len(misnamed)
         print(f"ch{chapter} {check.__name__} wrong: {name}: passed {len(passed)} of {len(keys)} students"
