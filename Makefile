@@ -47,11 +47,14 @@ test: $(STAMP) $(MATHJAX) sandbox chromium postgres lint
 # markers of pyproject.toml). No apt, no npm.
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python _ext/lint_chinese.py
 	$(BIN)/python -m pytest -m "not slow" -n $(PYTEST_WORKERS) --dist loadgroup
 
-# The lint gate, before the tests: ruff with the rules chosen in pyproject.toml.
+# The lint gate, before the tests: ruff with the rules chosen in pyproject.toml, and the spacing and
+# punctuation of the Chinese edition's prose (_ext/lint_chinese.py; `--fix` applies the spacing).
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/python _ext/lint_chinese.py
 
 # bubblewrap, the sandbox of the grading command (Debian's package; needs root or sudo once).
 sandbox:
