@@ -10,6 +10,9 @@
   second copy redeclares a ``const`` and the browser reports "Identifier 'THEBE_JS_URL'
   has already been declared" on every page. The proper fix belongs in sphinx-thebe;
   until then each page keeps one copy of each script.
+* A folded code cell's own button label (``code_prompt_show`` in its options) is shown in the edition's
+  language: the Chinese pages keep the English cells' options, since they are part of what the execution
+  cache matches a page by, and ``course_code_prompts`` ({English label: label}) gives their labels.
 * Every page of one edition links to the same page in the other (``course_edition``: ``en``,
   the book at the site's root, or ``zh``, the Chinese edition served under ``zh/``), at the top
   of its text. The English instructors' pages have no Chinese counterpart and link to none.
@@ -17,6 +20,7 @@
 
 from html import escape
 
+from docutils import nodes
 from sphinx.application import Sphinx
 
 EXERCISES = "exercises/"
@@ -69,8 +73,18 @@ def link_the_other_edition(app: Sphinx, pagename: str, templatename: str, contex
                        f"{escape(text)}</a></p>\n" + context["body"])
 
 
+def translate_code_prompts(app: Sphinx, doctree: nodes.document) -> None:
+    """Each folded cell's own label (myst-nb's ``prompt_show`` of the cell's container) in the edition's language."""
+    labels = app.config.course_code_prompts
+    for container in doctree.findall(nodes.container):
+        if container.get("prompt_show") in labels:
+            container["prompt_show"] = labels[container["prompt_show"]]
+
+
 def setup(app: Sphinx) -> dict:
     app.add_config_value("course_edition", "en", "html", types=[str])
+    app.add_config_value("course_code_prompts", {}, "env", types=[dict])
+    app.connect("doctree-read", translate_code_prompts)
     app.connect("html-page-context", link_the_other_edition)
     # sphinx-book-theme adds its launch buttons at priority 501; this runs after it.
     app.connect("html-page-context", keep_launch_buttons_on_exercises, priority=502)

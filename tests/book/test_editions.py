@@ -23,6 +23,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 ZH = ROOT / "zh"
 PAGES = sorted(path.name for path in (ROOT / "book").glob("*.md"))
+#: Pages of one edition only: the table of the checks' English message phrases, for Chinese readers.
+ONLY_CHINESE_PAGES = {"messages.md"}
 ASSIGNMENTS = sorted(path.name for path in (ROOT / "solutions").iterdir() if path.is_dir())
 
 #: What only one edition has, and why: the Chinese book has no instructors' pages, so the reading-time rule
@@ -40,9 +42,13 @@ DIRECTIVE = re.compile(r"^(`{3,}|:{3,})\{([\w:-]+)\}[ \t]*(.*)$", re.M)
 OPTION = re.compile(r"^:(name|label|figclass|tags):\s*(.*)$", re.M)
 MATH = re.compile(r"^\$\$\n?(.*?)\$\$", re.M | re.S)
 HEADING = re.compile(r"^(#{1,6}) (.*)$", re.M)
+#: Words in a display (``\text{number of pairs}``), which the Chinese edition translates.
+TEXT = re.compile(r"\\text\{[^{}]*\}")
+#: A folded cell's own button label, in its options; the Chinese edition shows it translated (zh/_config.yml).
+PROMPT = re.compile(r"^\s*code_prompt_show:\s*\"([^\"]*)\"\s*$", re.M)
 
 #: How each edition marks a heading that the reading-time rule treats apart (``_ext/reading_time.py``).
-MARKS = {"optional section": ("(optional)", "（选读）"), "exercise": ("Exercise", "练习"),
+MARKS = {"optional section": ("(optional)", "（选读）"), "exercise": ("Exercise", "作业"),
          "exercises to think about": ("Exercises to think about", "思考题")}
 OPTIONAL_BOX = ("Optional", "选读")
 
@@ -63,9 +69,14 @@ def shared(text: str) -> dict[str, object]:
         "directives": [(name, argument if name in ("figure", "image", "glossary", "bibliography") else "")
                        for _, name, argument in DIRECTIVE.findall(text) if name != "code-cell"],
         "figure and label options": Counter(OPTION.findall(text)),
-        "displayed math": [math.strip() for math in MATH.findall(_without_code(text))],
+        "displayed math": [_text_set_apart(math.strip()) for math in MATH.findall(_without_code(text))],
         "headings": [(len(level), _mark(title)) for level, title in HEADING.findall(_without_code(text))],
     }
+
+
+def _text_set_apart(math: str) -> str:
+    """A display with the words of its ``\\text{…}`` left out: each edition writes them in its language."""
+    return TEXT.sub(r"\\text{…}", math)
 
 
 def _target(kind: str, target: str) -> str:
@@ -131,7 +142,7 @@ def _short(value: object) -> str:
 
 
 def test_every_page_has_its_pair():
-    assert sorted(path.name for path in (ZH / "book").glob("*.md")) == PAGES
+    assert sorted(path.name for path in (ZH / "book").glob("*.md") if path.name not in ONLY_CHINESE_PAGES) == PAGES
 
 
 @pytest.mark.parametrize("page", PAGES)
@@ -160,6 +171,32 @@ def test_a_dropped_label_or_glue_is_named():
                            "03_masking.md")
     assert [p.split(" differ")[0] for p in problems] == ["labels", "glue names"], problems
     assert label in problems[0] and glue in problems[1]
+
+
+def test_a_displays_words_may_differ_and_nothing_else_in_it():
+    """The Chinese edition writes the words of a display's ``\\text{…}`` in Chinese; any other change is named."""
+    english = "Text.\n\n$$\n\\text{pairs} = \\binom{n}{2}\n$$\n"
+    assert differences(english, english.replace("\\text{pairs}", "\\text{对的数目}")) == []
+    problems = differences(english, english.replace("binom{n}{2}", "binom{n}{3}"))
+    assert len(problems) == 1 and problems[0].startswith("displayed math differ"), problems
+
+
+def _chinese_prompts() -> dict[str, str]:
+    import yaml
+
+    config = yaml.safe_load((ZH / "_config.yml").read_text(encoding="utf-8"))
+    return config["sphinx"]["config"]["course_code_prompts"]
+
+
+def test_every_folded_cells_own_label_has_its_chinese_label():
+    """The pages share a folded cell's options, its label included (the execution cache matches them); the
+    Chinese edition shows each label translated (``course_code_prompts``, ``_ext/course_pages.py``)."""
+    english = {label for page in PAGES for label in PROMPT.findall((ROOT / "book" / page).read_text(encoding="utf-8"))}
+    chinese = _chinese_prompts()
+    assert english, "no folded cell with a label of its own: is PROMPT still the options' syntax?"
+    assert english == set(chinese), (f"labels without a Chinese label: {sorted(english - set(chinese))}; "
+                                     f"Chinese labels of no cell: {sorted(set(chinese) - english)}")
+    assert all(re.search(r"[\u4e00-\u9fff]", label) for label in chinese.values()), chinese
 
 
 #: Full-width punctuation: a closing ``**`` right after it and right before a letter is not right-flanking.
