@@ -85,7 +85,7 @@ SITTING_MINUTES = 60  # about an hour of careful reading at a time
 SOLUTION_LINES_PER_HOUR = (15, 25)  # tested lines of solution code, slow and fast
 
 MAIN, OPTIONAL, NOT_READING = "main", "optional", "not reading"
-EXERCISE_TITLES = ("Exercise", "Exercises to think about", "练习", "思考题")  # English, then the Chinese edition's
+EXERCISE_TITLES = ("Exercise", "Exercises to think about", "作业", "思考题")  # English, then the Chinese edition's
 OPTIONAL_SECTION, OPTIONAL_BOX = ("(optional)", "（选读）"), ("Optional", "选读")
 FOLDED_INPUT = ("input", "input+output", "all")
 FOLDED_OUTPUT = ("output", "input+output", "all")

@@ -65,15 +65,15 @@ This repository is generated from the instructors' course repository by
 """
 
 
-README_IN_CHINESE = """# {title}：练习
+README_IN_CHINESE = """# {title}：作业
 
-本课程的练习 notebook，以及其中测试单元格调用的检查程序。
+本课程的作业笔记本（notebook），以及其中测试单元格调用的检查。
 
 * 从课程书中用 Colab 或 Binder 打开 `exercises/` 中的 notebook，或在本地运行：
   `pip install torch matplotlib jupyterlab && pip install --no-deps .`，然后
   `jupyter lab exercises/`。
 * 补全每一处 `# YOUR CODE HERE`，并运行其下方的测试单元格：`✔ …` 表示你的答案通过了可见的检查；
-  未通过时，提示会说明用了哪个输入、哪里出了错（检查程序的提示为英文）。
+  未通过时，提示会说明用了哪个输入、哪里出了错（检查的提示为英文，常见说法见课程书中文版的《提示语对照表》）。
 * 评分时，每个测试单元格还会在评分时为你生成的输入上运行隐藏的检查，所以请解决一般的问题，
   而不只是可见的例子。
 

@@ -141,7 +141,7 @@ def test_every_graded_part_has_its_row_in_the_contract():
 @pytest.mark.parametrize("chapter", chapters())
 def test_every_chapter_names_the_parts_its_notebook_grades(chapter, edition):
     page = (ROOT / edition / "book" / f"{chapter}.md").read_text(encoding="utf-8")
-    section = re.search(r"^## (?:Exercise|练习)\s*$(.*?)(?=^## |\Z)", page, re.MULTILINE | re.DOTALL)
+    section = re.search(r"^## (?:Exercise|作业)\s*$(.*?)(?=^## |\Z)", page, re.MULTILINE | re.DOTALL)
     assert section, f"{edition or 'en'} {chapter}: no Exercise section"
     unnamed = sorted(part for part in graded_parts(chapter) if f"`{part}`" not in section.group(1)
                      and f"`{part}(" not in section.group(1))

@@ -185,7 +185,7 @@ def test_the_chinese_editions_optional_parts_and_exercises_are_told_apart_as_the
         nodes.paragraph("", "正文" * 10),
         admonition("选读：一段旁支", nodes.paragraph("", "选读" * 15)),
         section("计时的细节（选读）", nodes.paragraph("", "细节" * 20)),
-        section("练习", nodes.paragraph("", "练习" * 50), cell(9)),
+        section("作业", nodes.paragraph("", "作业" * 50), cell(9)),
         section("思考题", nodes.paragraph("", "思考" * 100)),
     ))
     assert (loads[MAIN].characters, loads[MAIN].code_lines) == (20, 0)

@@ -150,7 +150,7 @@ def test_publishing_the_chinese_edition_releases_its_generated_notebooks(tmp_pat
     english = json.loads((ROOT / "exercises" / "03_masking" / "03_masking.ipynb").read_text())
     assert [c for c in published["cells"] if c["cell_type"] == "code"] == \
         [c for c in english["cells"] if c["cell_type"] == "code"]
-    assert "检查程序的提示为英文" in (destination / "README.md").read_text(encoding="utf-8")
+    assert "检查的提示为英文" in (destination / "README.md").read_text(encoding="utf-8")
     with pytest.raises(publishing.PublishError, match="no edition in 'fr'"):
         publishing.publish(ROOT, tmp_path / "other", language="fr")
 
