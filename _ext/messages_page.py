@@ -4,7 +4,7 @@ The checks speak English in both editions. ``zh/messages.yml`` lists the phrases
 messages (``benchmarks/message_phrases.py`` counts them on the catalogued wrong answers), each with its Chinese
 meaning; the directive renders them as a table on ``zh/book/messages.md``, which every Chinese notebook links.
 A phrase is taken from the checks' own message templates: the build fails on one that no longer occurs in the
-package's source (``autograder/``), so the page cannot drift from what the checks print.
+installed package's source (``autograder``), so the page cannot drift from what the checks print.
 """
 
 from __future__ import annotations
@@ -19,7 +19,14 @@ from sphinx.errors import ExtensionError
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE = ROOT / "zh" / "messages.yml"
-PACKAGE = ROOT / "autograder"
+
+
+def _package() -> Path:
+    """The folder of the installed ``autograder`` package, whose checks the chapters run (a book built from a
+    copy of the pages has no ``autograder/`` beside them)."""
+    import autograder
+
+    return Path(autograder.__file__).parent
 
 
 def phrases(table: Path = TABLE) -> dict[str, str]:
@@ -28,9 +35,9 @@ def phrases(table: Path = TABLE) -> dict[str, str]:
     return {entry["en"]: entry["zh"] for entry in entries}
 
 
-def package_source(package: Path = PACKAGE) -> str:
+def package_source(package: Path | None = None) -> str:
     """The text of every module of the package (the reference answers' included), where the messages are written."""
-    return "\n".join(path.read_text(encoding="utf-8") for path in sorted(package.rglob("*.py")))
+    return "\n".join(path.read_text(encoding="utf-8") for path in sorted((package or _package()).rglob("*.py")))
 
 
 def drifted(table: dict[str, str], source: str) -> list[str]:
