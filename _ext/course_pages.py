@@ -15,7 +15,8 @@
   cache matches a page by, and ``course_code_prompts`` ({English label: label}) gives their labels.
 * Every page of one edition links to the same page in the other (``course_edition``: ``en``,
   the book at the site's root, or ``zh``, the Chinese edition served under ``zh/``), at the top
-  of its text. The English instructors' pages have no Chinese counterpart and link to none.
+  of its text. The English instructors' pages have no Chinese counterpart, nor the Chinese page of the checks'
+  message phrases an English one, and they link to none.
 """
 
 from html import escape
@@ -50,6 +51,8 @@ def drop_repeated_scripts(app: Sphinx, pagename: str, templatename: str, context
 
 #: Where the Chinese edition is served, under the English site; the pages of English only.
 CHINESE_FOLDER, ENGLISH_ONLY = "zh", ("book/instructors/",)
+#: Pages of the Chinese edition only: the table of the checks' English message phrases.
+CHINESE_ONLY = ("book/messages",)
 #: The link to the other edition, as each edition writes it.
 OTHER_EDITION = {"en": ("zh-Hans", "中文版"), "zh": ("en", "English edition")}
 
@@ -57,7 +60,7 @@ OTHER_EDITION = {"en": ("zh-Hans", "中文版"), "zh": ("en", "English edition")
 def other_edition_href(edition: str, pagename: str) -> str | None:
     """The relative address of ``pagename`` in the other edition, from that page in ``edition``; ``None``
     where it has none."""
-    if pagename.startswith(ENGLISH_ONLY):
+    if pagename.startswith(ENGLISH_ONLY) or edition == "zh" and pagename in CHINESE_ONLY:
         return None
     up = "../" * pagename.count("/")
     return f"{up}{CHINESE_FOLDER}/{pagename}.html" if edition == "en" else f"../{up}{pagename}.html"

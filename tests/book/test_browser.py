@@ -32,6 +32,8 @@ pytestmark = [pytest.mark.book, pytest.mark.browser]
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 #: The Chinese edition's pages: the English book's, under zh/, but for the instructors' (English only).
 CHINESE = [f"zh/{page}" for page in pages() if not page.startswith("book/instructors/")]
+#: The Chinese edition's pages of its own, with no English counterpart (the checks' message phrases).
+CHINESE_ONLY = ["zh/book/messages"]
 TIMEOUT_MS = 30_000
 
 # In the page: math elements that MathJax did not typeset, MathJax's own error marks, and
@@ -119,7 +121,7 @@ def visits(context, site) -> dict[str, Visit]:
     """Every page of both editions, visited once: ``{docname: Visit}`` (the Chinese ``zh/book/...``)."""
     shutil.rmtree(SCREENSHOTS, ignore_errors=True)
     SCREENSHOTS.mkdir(parents=True)
-    return {page: visit(context, site, page) for page in pages() + CHINESE}
+    return {page: visit(context, site, page) for page in pages() + CHINESE + CHINESE_ONLY}
 
 
 def visit(context, site: str, docname: str) -> Visit:
@@ -227,6 +229,8 @@ def test_every_page_links_its_counterpart_in_the_other_edition(visits, site):
         english = page.removeprefix("zh/")
         assert f"{site}zh/{english}.html" in visits[english].links, f"{english} does not link its Chinese page"
         assert f"{site}{english}.html" in visits[page].links, f"{page} does not link its English page"
+    for page in CHINESE_ONLY:  # no English page to link
+        assert f"{site}{page.removeprefix('zh/')}.html" not in visits[page].links, f"{page} links an English page"
 
 
 def test_the_chinese_edition_speaks_chinese(context, site):
