@@ -177,7 +177,7 @@ def passed_line(declaration: Part | ArgumentCheck, counts: list[tuple[int, bool]
     judged = " and ".join(f"{cases} {'hidden' if hidden else 'visible'} case{'s' * (cases != 1)}"
                           for cases, hidden in counts)
     if isinstance(declaration, ArgumentCheck):
-        return f"✔ {declaration.name}, bad arguments: passed, ValueError naming the argument on {judged}"
+        return f"✔ {declaration.name}, bad arguments: passed, ValueError naming the argument on {judged}, on cpu"
     on = " and ".join(device.type for device in (where if declaration.on_devices else where[:1]))
     return (f"✔ {declaration.name}: passed, results right on {judged}, on {on}"
             + (", replayed on meta" if declaration.meta else ""))

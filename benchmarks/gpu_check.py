@@ -14,7 +14,7 @@ binary with its libraries. ``run`` then does, within ``--deadline`` seconds:
    solution notebook, a notebook of the catalogue's right answers (``tests/catalogue_chNN.py``)
    and one notebook per catalogued wrong answer, each put in right after the cell it replaces.
    The right ones must get every point; each wrong one must lose points in the cells that
-   check it and nowhere else; passed parts must say they were judged on CUDA;
+   check it and nowhere else; passed parts must say their results were judged on CUDA (their bad arguments, on the CPU);
 2. runs the tests whose work changes with a GPU (every check of the catalogues runs on the
    CPU and on CUDA, ``autograder.core.devices``);
 3. runs ``benchmarks/attention.py`` and ``benchmarks/decoding.py`` on the GPU, shortened;
@@ -236,7 +236,7 @@ def grade_step(run: Run, assignment: str, device: str, sandbox: bool, wrong_limi
     if code != 0 or not rows:
         last = output.strip().splitlines()[-3:] if output.strip() else ["no output"]
         return Step(f"grade {assignment}", False, seconds, f"exit {code}: " + " | ".join(last))
-    judged_on = "on cpu and cuda" if device == "cuda" else "on cpu"  # how a passed part's verdict ends
+    judged_on = "on cpu and cuda" if device == "cuda" else "on cpu"  # where a passed part's results were judged
     problems, passed = [], 0
     for student, (_, loses) in expected.items():
         mine = [row for row in rows if row["student"] == student]
@@ -250,7 +250,10 @@ def grade_step(run: Run, assignment: str, device: str, sandbox: bool, wrong_limi
         elif lost - loses:
             problems.append(f"{student}: also lost points in {sorted(lost - loses)}")
         passed += sum(row["status"] == "passed" for row in mine)
-    on_device = len(re.findall(rf"^✔ .*: passed .* {judged_on}$", shown, flags=re.MULTILINE))
+    # a part's results judged on every device (then replayed on meta, where the part is), its bad arguments on the cpu
+    on_device = len(re.findall(rf"^✔ [^,\n]*: passed, results right on .*, {judged_on}(, replayed on meta)?$", shown,
+                               flags=re.MULTILINE))
+    on_device += len(re.findall(r"^✔ [^,\n]*, bad arguments: passed, .*, on cpu$", shown, flags=re.MULTILINE))
     if on_device < passed:
         problems.append(f"only {on_device} of {passed} passed parts say they were judged {judged_on}")
     right = sum(not loses for _, loses in expected.values())
