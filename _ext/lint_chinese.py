@@ -123,9 +123,9 @@ def fixed(text: str) -> str:
             continue
         lines[index] = _outside_code(lines[index], lambda part: PERCENT_FIX.sub(r"\1%", ITALIC_HAN.sub(_bold, part)))
     joined: list[str] = []
-    for index, line in enumerate(lines):
-        previous = index  # the line before, numbered from 1
-        if joined and previous in prose and index + 1 in prose and re.search(rf"[{HAN}]$", joined[-1]) \
+    for number, line in enumerate(lines, start=1):
+        # prose that goes on, Chinese to Chinese, from the prose line before: one line, as a browser shows it
+        if joined and number - 1 in prose and number in prose and re.search(rf"[{HAN}]$", joined[-1]) \
                 and re.match(rf"^[{HAN}]", line):
             joined[-1] += line
         else:

@@ -16,7 +16,7 @@ import re
 
 import pytest
 
-from course import ROOT
+from course import ASSIGNMENTS, ROOT, notebook
 from layout import chapters
 
 CONTRACT = ROOT.parent / "shared" / "CONTRACT.md"
@@ -57,15 +57,15 @@ def _parameters(function: ast.FunctionDef) -> str:
     return ", ".join(shown[1:] if names[:1] == ["self"] else shown)
 
 
-def notebook(assignment: str, edition: str = "") -> dict:
-    return json.loads((ROOT / edition / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+def solution(assignment: str) -> dict:
+    return json.loads(notebook(ROOT / "solutions", assignment).read_text(encoding="utf-8"))
 
 
 def definitions(assignment: str) -> dict[str, str]:
     """``{name: parameters}`` of the functions and classes the notebook's answer cells define, and
     ``{Class.forward: parameters}`` of their ``forward``."""
     found = {}
-    for cell in notebook(assignment)["cells"]:
+    for cell in solution(assignment)["cells"]:
         if cell["cell_type"] != "code" or not cell["metadata"].get("nbgrader", {}).get("solution"):
             continue
         for node in ast.parse("".join(cell["source"])).body:
@@ -81,7 +81,7 @@ def definitions(assignment: str) -> dict[str, str]:
 
 def graded_parts(assignment: str) -> set[str]:
     """The parts the notebook's test cells grade: ``test_<part>`` and ``test_<part>_arguments`` give ``<part>``."""
-    ids = {cell["metadata"]["nbgrader"]["grade_id"] for cell in notebook(assignment)["cells"]
+    ids = {cell["metadata"]["nbgrader"]["grade_id"] for cell in solution(assignment)["cells"]
            if cell["metadata"].get("nbgrader", {}).get("grade")}
     return {grade_id.removeprefix("test_").removesuffix("_arguments") for grade_id in ids}
 
@@ -93,9 +93,6 @@ def _agree(contract: str, notebook: str) -> bool:
     if [name for name, _, _ in split[0]] != [name for name, _, _ in split[1]]:
         return False
     return all(not said or value == given for (_, said, value), (_, _, given) in zip(*split, strict=True))
-
-
-ASSIGNMENTS = sorted(path.name for path in (ROOT / "solutions").iterdir() if path.is_dir())
 
 
 def where_graded(section: str) -> tuple[str, ...]:

@@ -19,6 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ZH = ROOT / "zh"
@@ -182,8 +183,6 @@ def test_a_displays_words_may_differ_and_nothing_else_in_it():
 
 
 def _chinese_prompts() -> dict[str, str]:
-    import yaml
-
     config = yaml.safe_load((ZH / "_config.yml").read_text(encoding="utf-8"))
     return config["sphinx"]["config"]["course_code_prompts"]
 
