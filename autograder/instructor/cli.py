@@ -80,7 +80,7 @@ def export_for_lms(args: argparse.Namespace) -> int:
     from .export import export
 
     result = export(args.assignment, to=args.to, course_dir=args.course_dir, roster=args.roster,
-                    missing_as_zero=args.missing_as_zero, output=args.output)
+                    missing_as_zero=args.missing_as_zero, output=args.output, title=args.title)
     for warning in result.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     for line in result.omissions():

@@ -6,11 +6,14 @@ LMS's own identifier, read from the roster the LMS exports (``--roster``) or, fo
 from the names in the zip of hand-ins that ``nbgrader zip_collect`` read:
 
 * Canvas (Grades > Import): the columns ``Student, ID, SIS User ID, SIS Login ID, Section``
-  and one column of scores, named as the roster names the assignment (``03_masking (917236)``),
-  else a new column ``03_masking``, from which Canvas makes a new assignment; a
-  ``Points Possible`` row below the header sets a new assignment's points (Canvas's importer
-  reads a row whose first cell says ``Points Possible`` so). Canvas matches a row by its
-  ``ID``, then by the SIS ids, then by name.
+  and one column of scores, named as the roster names the assignment (``03_masking (917236)``,
+  or the column titled ``--title``). Canvas matches a column to an assignment by its exact
+  title, and makes a new assignment of a column it does not know: without a roster column
+  for the assignment, the column is named ``--title``, which is then required (the zip of
+  hand-ins does not carry the assignment's title), so that a new assignment is made only
+  when the instructor names it. A ``Points Possible`` row below the header sets a new
+  assignment's points (Canvas's importer reads a row whose first cell says ``Points
+  Possible`` so). Canvas matches a row by its ``ID``, then by the SIS ids, then by name.
 * Moodle (Grades > Import > CSV file): one identifier column (``Email address``, ``ID
   number`` or ``Username``, as the roster has them), which the import maps to that user
   field, and one column of scores. Moodle's download of hand-ins carries no such identifier
@@ -147,13 +150,14 @@ class ExportResult:
 
 
 def export(assignment: str, *, to: str, course_dir: str | Path = ".", roster: str | Path | None = None,
-           missing_as_zero: bool = False, output: str | Path | None = None) -> ExportResult:
+           missing_as_zero: bool = False, output: str | Path | None = None, title: str | None = None) -> ExportResult:
     """Write ``assignment``'s totals as ``to`` (``canvas`` or ``moodle``) imports them; the file's path and counts.
 
     ``roster``: the LMS's own export of its gradebook (Canvas: Grades > Export; Moodle:
     Grades > Export > Plain text file); without it, Canvas's ids come from the zips in
     ``downloaded/<assignment>/archive/`` (or what ``zip_collect`` extracted from them).
-    ``output``: default ``grades/<to>-<assignment>.csv`` in the course.
+    ``output``: default ``grades/<to>-<assignment>.csv`` in the course. ``title``: the assignment's exact title in
+    the LMS, for its column (Canvas needs it where the roster has no column for the assignment).
 
     Students who cannot be written are left out and named (:attr:`ExportResult.left_out`).
 
@@ -182,7 +186,7 @@ def export(assignment: str, *, to: str, course_dir: str | Path = ".", roster: st
     if missing_as_zero and not zeros:
         warnings.append("no zeros for missing submissions: a student left out matches no roster row, and theirs "
                         "might be one of those rows (empty cells instead)")
-    column, existing = _score_column(header, assignment, to)
+    column, existing = _score_column(header, assignment, to, title)
     written, cells, counts = [], [], {"graded": 0, "empty": 0, "zeros": 0}
     for number, row in enumerate(rows):
         student = placement.rows.get(number)
@@ -360,9 +364,15 @@ def _canvas_roster_from_zips(students: list[str], identities: dict[str, set[str]
                                                  left_out=left_out)
 
 
-def _score_column(header: list[str], assignment: str, to: str) -> tuple[str, bool]:
-    """``(name, whether the roster has it)``: the roster's column that names ``assignment``, else ``assignment``."""
+def _score_column(header: list[str], assignment: str, to: str, title: str | None = None) -> tuple[str, bool]:
+    """``(name, whether the roster has it)``: the roster's column titled ``title`` (with or without the LMS's id
+    after it), else the one that names ``assignment``; else a new column ``title`` (Moodle: ``assignment`` too,
+    which its import maps by hand; Canvas needs ``title``, matching columns to assignments by it)."""
     identity = set(CANVAS_COLUMNS) if to == "canvas" else {"First name", "Last name", *MOODLE_IDENTIFIERS}
+    if title is not None:
+        titled = re.compile(rf"^{re.escape(title.strip())}(?:\s*\([^)]*\))?$", re.IGNORECASE)
+        found = [name for name in header if name not in identity and titled.match(name.strip())]
+        return (found[0], True) if len(found) == 1 else (title.strip(), False)
     found = [name for name in header if name not in identity and assignment.casefold() in name.casefold()]
     if len(found) > 1:  # "03_masking (917236)" among "03_masking extra (917240)": the one titled so
         title = re.compile(rf"^(?:[^:]*:\s*)?{re.escape(assignment)}(?:\s*\([^)]*\))?$", re.IGNORECASE)
@@ -371,7 +381,14 @@ def _score_column(header: list[str], assignment: str, to: str) -> tuple[str, boo
         found = [name for name in found if name.endswith("(Real)")] or found
     if len(found) > 1:
         raise ExportError(f"several roster columns name {assignment}: {', '.join(found)}; keep one in the roster")
-    return (found[0], True) if found else (assignment, False)
+    if found:
+        return found[0], True
+    if to == "canvas":
+        raise ExportError(f"Canvas matches a column to an assignment by its exact title, and no roster column names "
+                          f"{assignment}: pass --title with the assignment's title in Canvas (e.g. --title "
+                          f"\"Assignment 3: Masking\"), or --roster with Canvas's gradebook export; a title Canvas "
+                          "does not know makes a new assignment")
+    return assignment, False
 
 
 def _moodle_identifier(header: list[str], rows: list[dict[str, str]], warnings: list[str]) -> str:

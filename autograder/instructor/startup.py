@@ -86,6 +86,10 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
     lms.add_argument("--missing-as-zero", action="store_true",
                      help="give 0 to a roster student without a submission (default: an empty cell, which the import "
                           "leaves ungraded)")
+    lms.add_argument("--title", default=None,
+                     help="the assignment's exact title in the LMS, for the column of scores (Canvas matches a column "
+                          "to an assignment by its title and makes a new assignment of a title it does not know; "
+                          "needed unless the roster has a column that names the assignment)")
     lms.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
     lms.add_argument("--output", type=Path, default=None,
                      help="the CSV file to write (default: grades/<to>-ASSIGNMENT.csv in the course directory)")

@@ -26,6 +26,7 @@ from autograder.instructor.spreadsheet import inert, plain
 
 ROOT = Path(__file__).resolve().parents[2]
 A = "03_masking"
+TITLE = "Assignment 3: Masking"  # the assignment's title in Canvas
 #: Canvas's "Download submissions" names (one late, handed in again), as in test_instructor_path.py.
 CANVAS_FILES = {"lovelaceada_48213_917236_03_masking.ipynb": "lovelaceada",
                 "hopperg_LATE_51002_917240_03_masking-1.ipynb": "hopperg",
@@ -80,16 +81,16 @@ def by_id(table: list[list[str]], column: int = 1) -> dict[str, str]:
 def test_canvas_without_a_roster_takes_the_user_ids_from_the_zip(tmp_path):
     grades(tmp_path)
     canvas_zip(tmp_path, {**CANVAS_FILES, "babbagec_49999_917260_notes.txt": "babbagec"})  # no notebook collected
-    result = export(A, to="canvas", course_dir=tmp_path)
+    result = export(A, to="canvas", title=TITLE, course_dir=tmp_path)
     assert result.path == tmp_path / "grades" / f"canvas-{A}.csv"
     table = read(result.path)
-    assert table[0] == CANVAS_HEADER + [A]  # a new column: Canvas makes the assignment
+    assert table[0] == CANVAS_HEADER + [TITLE]  # a new column: Canvas makes the assignment, titled as asked
     assert table[1] == ["Points Possible", "", "", "", "", "10"]  # its points
     assert by_id(table) == {"48213": "7.5", "51002": "0", "50871": "3.33", "49999": ""}
     assert {row[1]: row[0] for row in table[2:]}["48213"] == "lovelaceada"
     assert sorted(float(cell) for cell in by_id(table).values() if cell) == [0.0, 3.33, 7.5]
     assert (result.written, result.graded, result.empty, result.zeros) == (4, 3, 1, 0)
-    zero = export(A, to="canvas", course_dir=tmp_path, missing_as_zero=True, output=tmp_path / "zero.csv")
+    zero = export(A, to="canvas", title=TITLE, course_dir=tmp_path, missing_as_zero=True, output=tmp_path / "zero.csv")
     assert by_id(read(tmp_path / "zero.csv"))["49999"] == "0" and (zero.empty, zero.zeros) == (0, 1)
 
 
@@ -131,13 +132,13 @@ def test_canvas_leaves_out_a_student_without_a_roster_row_or_with_two_and_writes
     roster = write(tmp_path / "roster.csv", [CANVAS_HEADER, ["Lovelace, Ada", "48213", "", "", "A"],
                                              ["Hopper, Grace", "51002", "", "", "A"],
                                              ["Babbage, Charles", "49999", "", "", "B"]])
-    result = export(A, to="canvas", course_dir=tmp_path, roster=roster, output=output)
+    result = export(A, to="canvas", title=TITLE, course_dir=tmp_path, roster=roster, output=output)
     assert reasons(result) == {"turinga": LeftOut.NO_ROSTER_ROW}
     assert by_id(read(output)) == {"48213": "7.5", "51002": "0", "49999": ""}
     assert result.omissions() == ["not written: 1 students matching no roster row: turinga (matched by the Canvas "
                                   "user id in the zip's file names, or their id as SIS Login ID or SIS User ID)"]
     # turinga's row may be Babbage's, for all the export knows: no zero is given to a missing submission then
-    zeros = export(A, to="canvas", course_dir=tmp_path, roster=roster, output=output, missing_as_zero=True)
+    zeros = export(A, to="canvas", title=TITLE, course_dir=tmp_path, roster=roster, output=output, missing_as_zero=True)
     assert by_id(read(output))["49999"] == "" and zeros.zeros == 0 and "no zeros" in zeros.warnings[-1]
 
     canvas_roster(tmp_path, extra=[["Turing, A.", "60000", "S2000", "turinga", "Section C"]])
@@ -155,7 +156,7 @@ def test_canvas_leaves_out_two_students_who_match_one_roster_row(tmp_path):
     roster = write(tmp_path / "roster.csv", [CANVAS_HEADER, ["Lovelace, Ada", "48213", "", "ada", "A"],
                                              ["Hopper, Grace", "51002", "", "", "A"],
                                              ["Turing, Alan", "50871", "", "", "B"]])
-    result = export(A, to="canvas", course_dir=tmp_path, roster=roster, missing_as_zero=True)
+    result = export(A, to="canvas", title=TITLE, course_dir=tmp_path, roster=roster, missing_as_zero=True)
     assert reasons(result) == {"ada": LeftOut.SHARED_ROSTER_ROW, "lovelaceada": LeftOut.SHARED_ROSTER_ROW}
     assert by_id(read(result.path)) == {"51002": "0", "50871": "3.33"}  # Ada's row: not written, not 0
 
@@ -163,7 +164,7 @@ def test_canvas_leaves_out_two_students_who_match_one_roster_row(tmp_path):
 def test_canvas_without_a_roster_leaves_out_a_student_the_zip_does_not_name(tmp_path):
     grades(tmp_path)
     canvas_zip(tmp_path, dict(list(CANVAS_FILES.items())[:2]))
-    result = export(A, to="canvas", course_dir=tmp_path)
+    result = export(A, to="canvas", title=TITLE, course_dir=tmp_path)
     assert reasons(result) == {"turinga": LeftOut.NO_USER_ID}
     assert by_id(read(result.path)) == {"48213": "7.5", "51002": "0"}
     assert "pass --roster" in result.omissions()[0]
@@ -183,7 +184,7 @@ def test_the_canvas_ids_come_from_the_top_of_canvass_download_only(tmp_path):
     old = tmp_path / "downloaded" / A / "extracted" / "submissions" / "mallory_50000_917300_handin"
     old.mkdir(parents=True)
     (old / "lovelaceada_50000_1_03_masking.ipynb").write_text("{}")
-    result = export(A, to="canvas", course_dir=tmp_path)
+    result = export(A, to="canvas", title=TITLE, course_dir=tmp_path)
     assert not result.left_out
     assert by_id(read(result.path)) == {"48213": "7.5", "51002": "0", "50871": "3.33", "50000": ""}
 
@@ -227,7 +228,8 @@ def test_the_scores_go_into_the_rosters_column_for_the_assignment():
     assert _score_column(moodle, A, "moodle") == (f"Assignment: {A} (Real)", True)
     canvas = CANVAS_HEADER + [f"{A} extra (917240)", f"{A} (917236)", "Current Score"]
     assert _score_column(canvas, A, "canvas") == (f"{A} (917236)", True)
-    assert _score_column(CANVAS_HEADER + ["01_attention (1)"], A, "canvas") == (A, False)
+    assert _score_column(CANVAS_HEADER + ["01_attention (1)"], A, "canvas", TITLE) == (TITLE, False)
+    assert _score_column(CANVAS_HEADER + ["01_attention (1)"], A, "moodle") == (A, False)  # mapped by hand
     with pytest.raises(ExportError, match="several roster columns"):
         _score_column(CANVAS_HEADER + [f"{A} (1)", f"{A} (2)"], A, "canvas")
 
@@ -269,7 +271,7 @@ def test_a_submission_not_graded_is_left_out_and_every_graded_student_written(tm
     grades(tmp_path)
     canvas_zip(tmp_path, {**CANVAS_FILES, "zuse_50500_917270_03_masking.ipynb": "zuse"})
     (tmp_path / "submitted" / "zuse" / A).mkdir(parents=True)
-    assert main(["export", A, "--to", "canvas", "--course-dir", str(tmp_path), "--missing-as-zero"]) == 1
+    assert main(["export", A, "--to", "canvas", "--title", TITLE, "--course-dir", str(tmp_path), "--missing-as-zero"]) == 1
     said = capsys.readouterr()
     assert "warning: not written: 1 submissions not graded (run python -m autograder grade 03_masking): zuse" \
         in said.err
@@ -285,9 +287,26 @@ def test_a_submission_not_graded_is_left_out_and_every_graded_student_written(tm
 def test_parts_that_need_a_look_are_said(tmp_path):
     grades(tmp_path, {**PARTS, "hopperg": [(0.0, 5, "needs a look"), (5.0, 5, "passed")]})
     canvas_zip(tmp_path)
-    result = export(A, to="canvas", course_dir=tmp_path)
+    result = export(A, to="canvas", title=TITLE, course_dir=tmp_path)
     assert result.warnings and "1 parts of 1 students need a look" in result.warnings[0]
     assert "hopperg" in result.warnings[0]
+
+
+def test_canvas_needs_the_assignments_title_where_no_roster_column_names_it(tmp_path):
+    """Canvas matches a column to an assignment by its exact title: a column named after the assignment's id would
+    make a second assignment, so the title is asked for, and a roster column with it is found by it."""
+    grades(tmp_path)
+    canvas_zip(tmp_path)
+    with pytest.raises(ExportError, match="pass --title with the assignment's title in Canvas"):
+        export(A, to="canvas", course_dir=tmp_path)
+    table = read(export(A, to="canvas", course_dir=tmp_path, title=TITLE).path)
+    assert table[0][-1] == TITLE and table[1][0] == "Points Possible", "a new assignment, titled as asked"
+    roster = write(tmp_path / "roster.csv", [CANVAS_HEADER + [f"{TITLE} (917236)"],
+                                             ["Lovelace, Ada", "48213", "", "", "A", ""]])
+    table = read(export(A, to="canvas", course_dir=tmp_path, roster=roster, title=TITLE.upper()).path)
+    assert table[0][-1] == f"{TITLE} (917236)" and table[1][0] != "Points Possible", "the existing assignment"
+    assert "--title" in subprocess.run([sys.executable, "-m", "autograder", "export", "--help"], cwd=ROOT,
+                                       capture_output=True, text=True, timeout=120).stdout
 
 
 # --- formula injection
@@ -315,9 +334,9 @@ def test_the_grades_table_and_the_export_keep_formulas_inert(tmp_path):
     canvas_zip(tmp_path, {f"@SUM(1)_48213_917236_{A}.ipynb": "", f"ada_51002_917240_{A}.ipynb": ""})
     roster = write(tmp_path / "roster.csv", [CANVAS_HEADER, ["=cmd|' /C calc'!A0", "48213", "", "", "-A"],
                                              ["Ada", "51002", "", "", "A"]])
-    table = read(export(A, to="canvas", course_dir=tmp_path, roster=roster).path)
+    table = read(export(A, to="canvas", title=TITLE, course_dir=tmp_path, roster=roster).path)
     assert table[2] == ["'=cmd|' /C calc'!A0", "48213", "", "", "'-A", "4"]  # the student of '@SUM(1)': 4 points
-    table = read(export(A, to="canvas", course_dir=tmp_path).path)
+    table = read(export(A, to="canvas", title=TITLE, course_dir=tmp_path).path)
     assert {row[1]: row[0] for row in table[2:]} == {"48213": "'@SUM(1)", "51002": "ada"}
 
 
@@ -332,7 +351,7 @@ def test_the_command_line(tmp_path):
         assert option in helped.stdout
     grades(tmp_path)
     canvas_zip(tmp_path)
-    command = [sys.executable, "-m", "autograder", "export", A, "--to", "canvas", "--course-dir", str(tmp_path)]
+    command = [sys.executable, "-m", "autograder", "export", A, "--to", "canvas", "--title", TITLE, "--course-dir", str(tmp_path)]
     run = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     assert str(tmp_path / "grades" / f"canvas-{A}.csv") in run.stdout
