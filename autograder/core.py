@@ -36,7 +36,16 @@ class CheckFailed(AssertionError):
     Any other exception raised while an answer is judged (a bare ``assert``, a ``TypeError`` in
     a check's own code) is a fault of the course, kept apart from a wrong answer: the grader
     reports the submission as not graded rather than give a student a zero for it.
+
+    Attributes:
+        returned: where a visible case failed on what the answer returned, a digest of that
+            (``judge.returned_digest``; visible cases are the same for every student): two answers
+            with the same digest returned the same values on the same case, so the class report
+            groups their failures together, and apart from a different answer whose message reads
+            the same once its numbers are set aside.
     """
+
+    returned: str | None = None
 
 
 @dataclass

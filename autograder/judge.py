@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import io
 import time
 from dataclasses import dataclass, field
@@ -46,6 +47,11 @@ _DEVICE_MISMATCH = ("is not on the expected device", "Expected all tensors to be
 
 class NotDefined(CheckFailed):
     """The answer a check is called on does not exist (its cell raised, or never defined it)."""
+
+
+class KnownMistake(CheckFailed):
+    """A case failed, and the answer's results are those of a mistake the grading side declares (its message
+    names it after :data:`KNOWN_MISTAKE`)."""
 
 
 class JudgeFault(Exception):
@@ -249,7 +255,9 @@ def _with_advice(failure: CheckFailed, questions: list["_Question"]) -> CheckFai
     advice = _advice_of(questions)
     if not advice:
         return failure
-    return type(failure)(str(failure) + "".join(f"\n    advice: {text}" for text in advice))
+    told = type(failure)(str(failure) + "".join(f"\n    advice: {text}" for text in advice))
+    told.returned = failure.returned
+    return told
 
 
 def _ask_measured(question: "_Question", respondent: Respondent) -> None:
@@ -331,18 +339,58 @@ def _judge_case(question: _Question, reply: Reply) -> None:
     _advise(question, lambda: _expect_inputs_unchanged(case, part, question.kept, reply.after))
     expected_by = question.expected_by
     expected = expected_by(*args, **kwargs) if expected_by is not None else to_device(call.expected, question.device)
-    if expected is not None or part.compare is not None:
-        slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
-        try:
-            _judged(case, result, lambda got: part.compare_results(case, got, expected, slack),
+    try:
+        if expected is not None or part.compare is not None:
+            slack = part.rounding(*args, **kwargs) if part.rounding is not None else 0.0
+            try:
+                _judged(case, result, lambda got: part.compare_results(case, got, expected, slack),
+                        None if expected is None else lambda: expected)
+            except CheckFailed as failure:
+                _name_a_known_mistake(question, result, failure)
+                raise
+        if part.extra is not None:
+            _judged(case, result, lambda got: part.extra(case, args, kwargs, got),
                     None if expected is None else lambda: expected)
-        except CheckFailed as failure:
-            _name_a_known_mistake(question, result, failure)
-            raise
-    if part.extra is not None:
-        _judged(case, result, lambda got: part.extra(case, args, kwargs, got), None if expected is None else lambda: expected)
+    except CheckFailed as failure:
+        if not case.hidden and not isinstance(failure, KnownMistake):  # the same case for every student: what
+            failure.returned = returned_digest(case, result)  # came back tells unnamed wrong answers apart
+        raise
     if part.advise is not None:
         _advise(question, lambda: part.advise(case, args, kwargs, result))
+
+
+#: A returned value is rounded to this share of its tensor's largest magnitude before it is digested.
+DIGEST_ROUNDING = 1e-2
+
+
+def returned_digest(case: Case, result: Any) -> str | None:
+    """A short digest of what an answer returned on the visible ``case``: the case, then each tensor's shape and
+    dtype and its values rounded to :data:`DIGEST_ROUNDING` of its largest finite magnitude (float noise from a
+    different order of operations rounds away; a different wrong answer almost never does), other values as
+    written. Two answers that fail the same case with the same digest returned the same thing. ``None`` where
+    the result cannot be read so (the student's data: it never fails the judge)."""
+    digest = hashlib.sha256(case.inputs.encode())
+    try:
+        for leaf in nested.leaves(result):
+            if isinstance(leaf, torch.Tensor):
+                digest.update(f"\n{tuple(leaf.shape)} {leaf.dtype}\n".encode() + _rounded(leaf))
+            else:
+                digest.update(f"\n{type(leaf).__name__} {excerpt(repr(leaf), limit=200)}".encode())
+    except Exception:  # noqa: BLE001 - a sparse, nested or odd tensor: the failure stays, undigested
+        return None
+    return digest.hexdigest()[:12]
+
+
+def _rounded(tensor: torch.Tensor) -> bytes:
+    """A tensor's values, rounded as :func:`returned_digest` says, as bytes (none for a tensor on ``meta``)."""
+    if tensor.device.type == "meta":
+        return b""
+    tensor = torch.view_as_real(tensor.detach()) if tensor.is_complex() else tensor.detach()
+    values = tensor.to("cpu", torch.float64)
+    finite = values[values.isfinite()]
+    scale = finite.abs().max().item() if finite.numel() else 0.0
+    steps = (values / (scale * DIGEST_ROUNDING if scale > 0 else 1.0)).round() + 0.0  # + 0.0: no -0
+    return steps.numpy().tobytes()
 
 
 def _advise(question: _Question, check: Callable[[], None]) -> None:
@@ -394,7 +442,7 @@ def _name_a_known_mistake(question: _Question, result: Any, failure: CheckFailed
     if not everywhere:
         return
     problem, newline, rest = str(failure).partition("\n")
-    raise CheckFailed(f"{problem}{KNOWN_MISTAKE}{everywhere[0][0]}{newline}{rest}") from None
+    raise KnownMistake(f"{problem}{KNOWN_MISTAKE}{everywhere[0][0]}{newline}{rest}") from None
 
 
 def _matches(question: _Question, result: Any, mistake: Callable) -> bool:

@@ -69,6 +69,9 @@ class PartResult:
     message: str = ""
     #: the time the part's calls took in the kernel (its CPU time, as its time limits count it), where measured
     seconds: float | None = None
+    #: where a visible case failed on what the answer returned, a digest of that (``CheckFailed.returned``): kept in
+    #: the state file, not the grades table, for the class report to tell unnamed mistakes apart
+    returned: str | None = None
 
     def __post_init__(self):
         self.status = PartStatus(self.status)
@@ -223,12 +226,12 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
 
     spent: list[float] = []  # the kernel's CPU seconds of each check call judged, where known
 
-    def verdict(status: PartStatus, text: str = "") -> tuple[PartResult, str]:
+    def verdict(status: PartStatus, text: str = "", returned: str | None = None) -> tuple[PartResult, str]:
         text = _shown(text)
         passed = status is PartStatus.PASSED
         seconds = round(sum(spent), 3) if spent else None
         return PartResult(part.grade_id, part.points if passed else 0.0, part.points, status, "" if passed else text,
-                          seconds), text
+                          seconds, returned), text
 
     tests = assembled.test_indices()
     start = max([i for i in tests if i < index], default=-1) + 1
@@ -257,9 +260,10 @@ def _judge_test_cell(session: Session, assembled: Assembled, chapter, index: int
             finally:
                 _add_time(spent, respondent)
         except NotDefined as missing:
-            return verdict(PartStatus.ERROR, str(missing) + _context(session.results, 0, index))
+            return verdict(PartStatus.ERROR, str(missing) + _context(assembled, session.results, 0, index))
         except CheckFailed as failure:
-            return verdict(PartStatus.FAILED, str(failure) + _context(session.results, start, index))
+            return verdict(PartStatus.FAILED, str(failure) + _context(assembled, session.results, start, index),
+                           failure.returned)
         except NotImplementedError:
             return verdict(PartStatus.FAILED, "not answered (the cell still raises NotImplementedError)")
         except NeedsALook as look:
@@ -289,14 +293,25 @@ def _add_time(spent: list[float], respondent) -> None:
         spent.append(seconds)
 
 
-def _context(results: list[CellResult], start: int, index: int) -> str:
-    """Why the part may have failed: what went wrong last in the cells from ``start`` to ``index``."""
+def _context(assembled: Assembled, results: list[CellResult], start: int, index: int) -> str:
+    """Why the part may have failed: what went wrong last in the cells from ``start`` to ``index``, each named
+    for what it is (an answer cell by its name, a cell the student added, or one the assignment gave)."""
     for i in reversed(range(start, index)):
         if results[i].status is CellStatus.ERROR:
-            return f" (an answer cell raised {results[i].message})"
+            return f" ({_cell_named(assembled, i)} raised {results[i].message})"
         if results[i].status.cut_short:
             return f" (an earlier cell: {results[i].message})"
     return ""
+
+
+def _cell_named(assembled: Assembled, index: int) -> str:
+    """The cell at ``index`` as a message names it: ``the answer cell `causal_mask```, ``a cell you added`` or
+    ``a cell of the assignment``."""
+    role = assembled.roles[index] if index < len(assembled.roles) else ""
+    if role == "answer":
+        grade_id = (assembled.notebook.cells[index].metadata.get("nbgrader") or {}).get("grade_id")
+        return f"the answer cell `{grade_id}`" if grade_id else "an answer cell"
+    return "a cell you added" if role == "extra" else "a cell of the assignment"
 
 
 def _status_of(result: CellResult) -> PartStatus:

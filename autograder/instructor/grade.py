@@ -348,7 +348,7 @@ def _save(course: Course, assignment: str, student: str, source_path: Path, outc
             (folder / "timestamp.txt").write_text((submitted / "timestamp.txt").read_text())
     record(course, assignment, source_path.stem, student, results, outcome["unanswered"], read_timestamp(submitted))
     state = {"fingerprint": fingerprint, "results": [r.as_dict() for r in results], "seconds": outcome["seconds"],
-             "worker": outcome["worker"]}
+             "worker": outcome["worker"], "unanswered": outcome["unanswered"]}
     path = _state_path(course, assignment, student)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.with_suffix(".partial").write_text(json.dumps(state))
@@ -396,7 +396,8 @@ def _rows(course: Course, assignment: str, students: list[str]) -> list[dict]:
             score = overridden.get((student, result["part"]), result["score"])
             rows.append({"student": student, "assignment": assignment, **result, "score": score,
                          "auto_score": result["score"]})
-            rows[-1].pop("seconds", None)  # a measurement, in the state file; the table holds the grades
+            for measured in ("seconds", "returned"):  # in the state file (the report reads them); the table: grades
+                rows[-1].pop(measured, None)
     return rows
 
 

@@ -377,7 +377,15 @@ def test_an_answer_that_does_not_exist_fails_and_names_the_error_of_its_cell():
     results, *_ = graded(answered(causal_mask="def causal_mask(q, k, device=None)\n    return None"))
     verdict = results["test_causal_mask"]
     assert verdict.status == "error" and "`causal_mask` is not defined" in verdict.message
-    assert "an answer cell raised SyntaxError" in verdict.message
+    assert "the answer cell `causal_mask` raised SyntaxError" in verdict.message
+
+
+def test_a_cell_the_student_added_that_raised_is_not_called_an_answer_cell():
+    submission = answered(causal_mask="def causal_mask(q, k, device=None)\n    return None")
+    submission.cells.insert(TEST_1, new_code_cell("1 / 0"))  # a cell of the student's own, after the answer
+    verdict = graded(submission)[0]["test_causal_mask"]
+    assert "a cell you added raised ZeroDivisionError" in verdict.message
+    assert "answer cell" not in verdict.message
 
 
 def test_an_answer_redefined_after_its_test_cell_is_judged_as_it_was_there():
@@ -1220,3 +1228,61 @@ def test_what_a_submission_did_to_the_grader_is_noted_for_the_runs_summary(tmp_p
                          1.0, notes={"mallory": notes})
     line = next(line for line in summary(report).splitlines() if line.startswith("what submissions did"))
     assert "mallory: printed 4,500 MiB" in line and "ada" not in line
+
+
+# ---- what a wrong answer returned, kept for the class report ----
+
+
+def _attention_scaled_by_d(queries, keys, values, mask=None):
+    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1]  # 1/d instead of 1/sqrt(d)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ values, weights
+
+
+def _attention_scaled_by_d_written_otherwise(queries, keys, values, mask=None):
+    width = queries.size(-1)
+    scores = torch.einsum("...qd,...kd->...qk", queries / width, keys)  # the same mistake, another way
+    scores = scores if mask is None else torch.where(mask, scores, torch.tensor(-math.inf))
+    weights = scores.softmax(-1).nan_to_num(0.0)
+    return torch.einsum("...qk,...kd->...qd", weights, values), weights
+
+
+def _attention_keys_as_values(queries, keys, values, mask=None):
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ (values + keys[..., :1]), weights  # values shifted by the keys' first feature
+
+
+def _failure(answer):
+    from autograder.core import CheckFailed
+    from autograder.judge import LocalRespondent, judge
+
+    declaration = ch03_masking.check_masked_attention.declaration
+    with pytest.raises(CheckFailed) as raised:
+        judge(declaration, LocalRespondent(declaration, answer), where=[torch.device("cpu")])
+    return raised.value
+
+
+def test_two_wrong_answers_whose_messages_read_alike_are_told_apart_by_what_they_returned():
+    from autograder.instructor.report import Row, mistake_of
+
+    by_d, again, shifted = (_failure(a) for a in (_attention_scaled_by_d, _attention_scaled_by_d_written_otherwise,
+                                                  _attention_keys_as_values))
+    texts = {mistake_of(Row("s", "test_masked_attention", 0, 2.5, "failed", str(f), 0, None))
+             for f in (by_d, again, shifted)}
+    assert len(texts) == 1, "the two mistakes read alike once numbers are set aside (the report's problem)"
+    assert by_d.returned is not None and by_d.returned == again.returned, "one mistake written two ways: one digest"
+    assert shifted.returned not in (None, by_d.returned), "another mistake: another digest"
+
+
+def test_a_known_mistake_needs_no_digest():
+    from autograder.judge import KnownMistake
+    from autograder.reference.ch03_masking import MISTAKES
+
+    (_, unscaled), = [m for m in MISTAKES["masked_attention"] if "1/√d" in m[0]]
+    failure = _failure(lambda *args, **kwargs: unscaled(*args, **kwargs))  # called from a module of the student's
+    assert isinstance(failure, KnownMistake) and failure.returned is None
