@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import csv
 import json
+import re
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from autograder.instructor.gradebook import CSV_COLUMNS
-from autograder.instructor.report import Row, mistake_of, report
+from autograder.instructor.gradebook import CSV_COLUMNS, Course
+from autograder.instructor.report import Row, load, mistake_groups, mistake_of, part_summaries, report
 
 ROOT = Path(__file__).resolve().parents[2]
 A = "03_masking"
@@ -22,15 +24,23 @@ WEIGHTS = ("masked_softmax: the weights: wrong values (largest error {e} at inde
 SHAPE = "padding_mask: the mask: shape ({b}, {k}), expected ({b}, 1, {k})\n    hidden case (seed {seed}): valid_lens {lens}"
 
 
+def words(page: str) -> str:
+    """What a reader sees of a piece of the page: its text, without tags."""
+    return re.sub(r"<[^>]+>", "", page)
+
+
 def row(student, part, score, max_score, status="passed", message="", auto_score=None):
     return {"student": student, "assignment": A, "part": part, "score": score, "max_score": max_score,
             "status": status, "message": message, "auto_score": score if auto_score is None else auto_score}
 
 
 def write_course(root: Path, rows: list[dict], submitted: list[str], state: dict[str, float] | None = None,
-                 part_seconds: dict[tuple[str, str], float] | None = None, assignment: str = A) -> Path:
+                 part_seconds: dict[tuple[str, str], float] | None = None, assignment: str = A,
+                 returned: dict[tuple[str, str], str] | None = None, unanswered: dict[str, dict] | None = None,
+                 fingerprints: dict[str, str] | None = None) -> Path:
     """A course whose ``grades/`` holds ``rows`` and, as ``grade`` writes them, state files with each student's
-    grading seconds (``state``) and each part's (``part_seconds``, by student and part)."""
+    grading seconds (``state``), each part's (``part_seconds``, by student and part), what a failed part returned
+    (``returned``), which answers were left blank (``unanswered``) and the submission's fingerprint."""
     grades = root / "grades"
     grades.mkdir(parents=True)
     with (grades / f"{assignment}.csv").open("w", newline="", encoding="utf-8") as handle:
@@ -40,11 +50,13 @@ def write_course(root: Path, rows: list[dict], submitted: list[str], state: dict
     for student in submitted:
         (root / "submitted" / student / assignment).mkdir(parents=True)
     for student in {r["student"] for r in rows}:
-        results = [{"part": r["part"], "seconds": (part_seconds or {}).get((student, r["part"]))}
-                   for r in rows if r["student"] == student]
+        results = [{"part": r["part"], "seconds": (part_seconds or {}).get((student, r["part"])),
+                    "returned": (returned or {}).get((student, r["part"]))} for r in rows if r["student"] == student]
         path = grades / ".state" / assignment / f"{student}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"fingerprint": "x", "results": results, "seconds": (state or {}).get(student)}))
+        path.write_text(json.dumps({"fingerprint": (fingerprints or {}).get(student, f"x-{student}"),
+                                    "results": results, "seconds": (state or {}).get(student),
+                                    "unanswered": (unanswered or {}).get(student, {"an_answer": False})}))
     return root
 
 
@@ -94,11 +106,12 @@ def test_the_page_counts_groups_and_keeps_trouble_apart(tmp_path):
     path = report([A], course_dir=course)
     assert path == course / "grades" / f"report-{A}.html"
     page = path.read_text(encoding="utf-8")
-    assert "7 submitted, 6 graded, 1 not graded, 0 missing" in page
+    assert "7 submitted: 0 blank, 0 did not run; 6 graded, 1 not graded, 0 missing" in page
     group = "the weights: wrong values (largest error # at index (#…))"
-    assert page.count(group) == 1, "two messages that differ in numbers are one group"
+    mistakes = page[page.index("Mistakes the class made"):page.index("What went wrong with grading")]
+    assert mistakes.count(group) == 1, "two messages that differ in numbers are one group"
     at = page.index(group)
-    assert "2 (33%)" in page[at:at + 200] and "bob, cy" in page[at:page.index("</tr>", at)]
+    assert "2 (33%)" in page[at:at + 300] and "bob, cy" in words(page[at:page.index("</tr>", at)])
     assert "timeout: checking it took longer than the # s it had" in page
     assert page.index("What went wrong with grading") < page.index("timeout: checking"), "a timeout is trouble"
     assert "Not graded: the grader failed on 1 submissions" in page and "gus" in page
@@ -123,8 +136,8 @@ def test_several_assignments_get_a_table_across_them(tmp_path):
     page = path.read_text(encoding="utf-8")
     assert path.name == f"report-{A}+{other}.html"
     assert "Across assignments" in page
-    missed = page[page.index(f"<td>{other}</td>"):]
-    assert "5: cy, dee, eve, fay, gus" in missed[:missed.index("</tr>")]
+    missed = page[page.index(f">{other}</a></td>"):]
+    assert "5: cy, dee, eve, fay, gus" in words(missed[:missed.index("</tr>")])
 
 
 def test_an_assignment_never_graded_is_refused(tmp_path):
@@ -166,3 +179,151 @@ def test_a_training_part_is_shown_against_its_time_limit(tmp_path):
     assert (f"<code>{part}</code>: the kernel's CPU time per submission against its limit of {limit:g} s "
             f"(median {times['bob']:.1f} s, slowest {times['cy']:.1f} s). Over 80% of the limit: 1 (cy).") in page
     assert page.count("data:image/png;base64,") == 3, "the histogram, the parts' bars and the times"
+
+
+# ---- the report an instructor acts on ----
+
+OUTPUT = ("masked_attention: output: wrong values (largest error {e} at index (0, 0, {i}, 1))\n"
+          "    case: queries (2, 1, 3, 8), keys (2, 1, 6, 8), values (2, 1, 6, 4), mask None, on cpu")
+ANSWER_CELLS = ("masked_softmax", "causal_mask", "causal_mask_bottom_right", "padding_mask", "window_mask",
+                "masked_attention")
+
+
+def source_notebook(course: Path) -> None:
+    """The assignment's source notebook in the course (the statements, the answer cells' ids)."""
+    (course / "source" / A).mkdir(parents=True)
+    (course / "source" / A / f"{A}.ipynb").write_bytes((ROOT / "solutions" / A / f"{A}.ipynb").read_bytes())
+
+
+def submitted_notebook(course: Path, student: str, code: str) -> None:
+    """``student``'s notebook of the assignment: the solution with ``code`` as the masked_attention answer."""
+    nb = json.loads((ROOT / "solutions" / A / f"{A}.ipynb").read_text(encoding="utf-8"))
+    for cell in nb["cells"]:
+        if cell["metadata"].get("nbgrader", {}).get("grade_id") == "masked_attention":
+            cell["source"] = code
+    (course / "submitted" / student / A / f"{A}.ipynb").write_text(json.dumps(nb), encoding="utf-8")
+
+
+def a_class() -> tuple[list[dict], dict, dict]:
+    """Ten students on three parts: two unnamed mistakes on masked_attention that read alike (two students
+    each), a blank notebook, one that did not run; ``(rows, returned, unanswered)``."""
+    students = ["ada", "bob", "cy", "dee", "eve", "fay", "gus", "hal", "ivy", "jo"]
+    parts = [("test_padding_mask", 1), ("test_masked_attention", 2.5), ("test_masked_attention_arguments", 0.5)]
+    rows, returned = [], {}
+    for student in students:
+        for part, points in parts:
+            rows.append(row(student, part, points, points))
+    def fail(student, part, message, status="failed", digest=None):
+        at = next(i for i, r in enumerate(rows) if (r["student"], r["part"]) == (student, part))
+        rows[at] = row(student, part, 0, rows[at]["max_score"], status, message)
+        if digest:
+            returned[(student, part)] = digest
+    for student, error, digest in (("bob", 0.339, "unscaled-by-d"), ("cy", 0.338, "unscaled-by-d"),
+                                   ("dee", 1.56, "keys-from-queries"), ("eve", 1.57, "keys-from-queries")):
+        fail(student, "test_masked_attention", OUTPUT.format(e=error, i=len(student)), digest=digest)
+    fail("fay", "test_padding_mask", "padding_mask: the mask: shape (2, 5), expected (2, 1, 5)")
+    fail("gus", "test_padding_mask", "padding_mask: the mask: shape (3, 8), expected (3, 1, 8)")
+    fail("bob", "test_padding_mask", "padding_mask: the mask: dtype torch.int64, expected torch.bool")
+    for part, _ in parts:  # hal left every answer blank; ivy's notebook did not run
+        fail("hal", part, "not answered (the cell still raises NotImplementedError)")
+        fail("ivy", part, "`masked_attention` is not defined (the answer cell `imports` raised SyntaxError)", "error")
+    unanswered = {"hal": dict.fromkeys(ANSWER_CELLS, True)}
+    return rows, returned, unanswered
+
+
+def test_two_unnamed_mistakes_in_one_part_are_two_groups(tmp_path):
+    rows, returned, unanswered = a_class()
+    course = write_course(tmp_path / "course", rows, sorted({r["student"] for r in rows}), returned=returned,
+                          unanswered=unanswered)
+    groups = [g for g in mistake_groups(load(Course.open(course), A)) if g.part == "test_masked_attention"]
+    assert [g.students for g in groups] == [["bob", "cy"], ["dee", "eve"]]
+    assert [g.text for g in groups] == [
+        f"output: wrong values (largest error # at index (#…)) [returned values {k} of 2 on the same visible case]"
+        for k in (1, 2)]
+    assert [re.search(r"largest error ([\d.]+)", g.example).group(1) for g in groups] == ["0.339", "1.56"], \
+        "each group's example is one of its own"
+
+
+def test_blank_and_broken_notebooks_are_counted_once_and_left_out_of_mistakes_and_discrimination(tmp_path):
+    rows, returned, unanswered = a_class()
+    course = write_course(tmp_path / "course", rows, sorted({r["student"] for r in rows}), returned=returned,
+                          unanswered=unanswered)
+    graded = load(Course.open(course), A)
+    assert (graded.blank, graded.did_not_run) == (["hal"], ["ivy"])
+    assert not any({"hal", "ivy"} & set(g.students) for g in mistake_groups(graded))
+    kept = [r for r in graded.rows if r.student not in ("hal", "ivy")]
+    totals = {s: sum(r.score for r in kept if r.student == s) for s in {r.student for r in kept}}
+    padding = [r for r in kept if r.part == "test_padding_mask"]
+    expected = statistics.correlation([r.score for r in padding], [totals[r.student] - r.score for r in padding])
+    summary, = [s for s in part_summaries(graded) if s.name == "padding_mask"]
+    assert summary.discrimination == pytest.approx(expected)
+    assert summary.full_marks == pytest.approx(5 / 10), "full marks still count every graded student"
+    page = words(report([A], course_dir=course).read_text(encoding="utf-8"))
+    assert "10 submitted: 1 blank, 1 did not run; 10 graded, 0 not graded, 0 missing" in page
+    assert "over the 8 students who handed in answers that ran (blank notebooks and notebooks that did not run" in page
+    assert "Only 8 students: with fewer than about 30" in page
+
+
+def test_mistakes_follow_the_assignment_and_bad_arguments_sit_under_their_part(tmp_path):
+    rows, returned, unanswered = a_class()
+    rows = [r for r in rows if r["part"] != "test_padding_mask"] + [r for r in rows if r["part"] == "test_padding_mask"]
+    rows.append(row("jo", "test_masked_attention_arguments", 0, 0.5, "failed",
+                    "masked_attention: a mask of dtype torch.float32 did not raise ValueError"))
+    rows.remove(row("jo", "test_masked_attention_arguments", 0.5, 0.5))
+    course = write_course(tmp_path / "course", rows, sorted({r["student"] for r in rows}), returned=returned,
+                          unanswered=unanswered)
+    source_notebook(course)  # the assignment's order: its test cells'
+    page = report([A], course_dir=course).read_text(encoding="utf-8")
+    mistakes = words(page[page.index("Mistakes the class made"):page.index("What went wrong with grading")])
+    order = [mistakes.index(text) for text in ("padding_maskthe mask: shape", "padding_maskthe mask: dtype",
+                                               "masked_attentionoutput: wrong values",
+                                               "masked_attention · bad argumentsa mask of dtype")]
+    assert order == sorted(order), "in the assignment's order, the largest group first within a part"
+    table = page[page.index("Parts, hardest first"):page.index("Mistakes the class made")]
+    names = [words(cell) for cell in re.findall(r"<tr[^>]*><td>(.*?)</td>", table)]
+    assert sorted(names) == ["masked_attention", "masked_attention · bad arguments", "padding_mask"]
+    assert names.index("masked_attention · bad arguments") == names.index("masked_attention") + 1, \
+        "the bad arguments' row comes right after its part's"
+
+
+def test_every_student_group_and_part_links_to_what_it_names_offline(tmp_path):
+    rows, returned, unanswered = a_class()
+    students = sorted({r["student"] for r in rows})
+    course = write_course(tmp_path / "course", rows, students, returned=returned, unanswered=unanswered)
+    source_notebook(course)
+    for student in students:
+        submitted_notebook(course, student, f"def masked_attention(q, k, v, mask=None):\n    return '<{student}>'")
+    for step, suffix in (("autograded", "ipynb"), ("feedback", "html")):
+        (course / step / "bob" / A).mkdir(parents=True)
+        (course / step / "bob" / A / f"{A}.{suffix}").write_text("{}")
+    path = report([A], course_dir=course)
+    page = path.read_text(encoding="utf-8")
+    ids = set(re.findall(r"id='([^']+)'", page))
+    links = re.findall(r"href='([^']+)'", page)
+    inside = [link[1:] for link in links if link.startswith("#")]
+    assert inside and all(target in ids for target in inside), "a link inside the page leads nowhere"
+    files = [link for link in links if not link.startswith("#")]
+    assert sorted(files) == [f"../autograded/bob/{A}/{A}.ipynb", f"../feedback/bob/{A}/{A}.html"]
+    assert all((path.parent / link).resolve().is_file() for link in files)
+    assert all(f"#{A}-student-{s}" in links for s in ("bob", "cy", "dee", "eve")), "the students of each group"
+    assert f"#{A}-statement-test_masked_attention" in links and "6. Masked attention" in page
+    assert f"#{A}-mistake-1" in links
+    answers = page[page.index("Answers behind each mistake"):]
+    group = answers[answers.index("output: wrong values"):]
+    assert "return &#x27;&lt;bob&gt;&#x27;" in group[:group.index("</div>")], "a group's code, escaped"
+
+
+def test_a_folder_renamed_after_grading_is_named(tmp_path):
+    rows = [row(s, "test_padding_mask", 1, 1) for s in ("ada", "bob", "bobby")]
+    course = write_course(tmp_path / "course", rows, ["ada", "bobby"], fingerprints={"bob": "f1", "bobby": "f1"})
+    page = words(report([A], course_dir=course).read_text(encoding="utf-8"))
+    assert "bob has no folder now, and bobby's folder holds the same files" in page
+    assert "nbgrader db student remove bob" in page
+
+
+def test_a_number_names_the_whole_id_of_an_assignment_not_graded_yet(tmp_path):
+    rows, submitted = class_rows()
+    course = write_course(tmp_path / "course", rows, submitted)
+    (course / "source" / "05_positional_encoding").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="run `python -m autograder grade 05_positional_encoding` first"):
+        report(["03", "05"], course_dir=course)

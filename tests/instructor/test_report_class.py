@@ -55,6 +55,44 @@ def with_answer(nb: dict, check, answer) -> dict:
     return nb
 
 
+#: two mistakes the judge knows no name for, in one part, whose messages read alike ("output: wrong values"): each
+#: handed in by two students, written apart from the project
+UNNAMED = {
+    "scaled by 1/d": ("u01", "u02", """def masked_attention(queries, keys, values, mask=None):
+    if queries.shape[-1] != keys.shape[-1] or keys.shape[-2] != values.shape[-2]:
+        raise ValueError("queries and keys must have the same width, keys and values the same length")
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError("the mask must be bool")
+    scores = queries @ keys.transpose(-2, -1) / queries.shape[-1]
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ values, weights
+"""),
+    "values shifted by the keys": ("u03", "u04", """def masked_attention(queries, keys, values, mask=None):
+    if queries.shape[-1] != keys.shape[-1] or keys.shape[-2] != values.shape[-2]:
+        raise ValueError("queries and keys must have the same width, keys and values the same length")
+    if mask is not None and mask.dtype != torch.bool:
+        raise ValueError("the mask must be bool")
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.nan_to_num(torch.softmax(scores, dim=-1))
+    return weights @ (values + keys[..., :1]), weights
+"""),
+}
+
+
+def with_code(nb: dict, grade_id: str, code: str) -> dict:
+    """``nb`` with the answer cell ``grade_id`` holding ``code``."""
+    import copy
+
+    nb = copy.deepcopy(nb)
+    cell, = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade_id") == grade_id]
+    cell["source"] = code
+    return nb
+
+
 def the_class(course: Path) -> dict[str, set[tuple[str, str]]]:
     """Submit the class: the solution, each catalogued right answer, a blank notebook, and students who make
     one to three of the catalogued mistakes (each in another answer cell); ``{student: {(grade id, mistake)}}``."""
@@ -76,6 +114,10 @@ def the_class(course: Path) -> dict[str, set[tuple[str, str]]]:
             nb = with_answer(nb, check, wrong)
             made.setdefault(student, set()).add((f"test_{check.__name__.removeprefix('check_')}", mistake))
         submit(course, student, A, nb)
+    for mistake, (*students, code) in UNNAMED.items():
+        for student in students:
+            submit(course, student, A, with_code(solution, "masked_attention", code))
+            made[student] = {("test_masked_attention", mistake)}
     return made
 
 
@@ -106,10 +148,12 @@ def test_each_catalogued_mistake_is_a_group_of_its_own(tmp_path):
             if mistake not in catalogue.ADVICE_AT_GRADING:  # told as advice, its points kept: no mistake of the class
                 expected.setdefault((part, mistake), set()).add(student)
     wanted = {(part, frozenset(students)) for (part, _), students in expected.items()}
-    blank = {group.part for group in groups if group.students == ["s99-blank"]}
-    assert len(blank) == 7, "the blank notebook is one 'not answered' group of its own in each part"
-    found = {(part, students) for part, students in found if students != frozenset({"s99-blank"})}
     assert found == wanted, _difference(found, wanted, expected)
+    unnamed = [group for group in groups if set(group.students) & {"u01", "u03"}]
+    assert [group.students for group in unnamed] == [["u01", "u02"], ["u03", "u04"]], \
+        "two unnamed mistakes that read alike are two groups"
+    assert load_grades(Course.open(course), A).blank == ["s99-blank"]
+    assert not any("s99-blank" in group.students for group in groups), "a blank notebook is counted once, apart"
     assert not any(s.startswith(("r", "s00")) for group in groups for s in group.students), \
         "a right answer is in a group of mistakes"
     rows = {(row["student"], row["part"]): row for row in _rows(course)}
