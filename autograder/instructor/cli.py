@@ -7,7 +7,8 @@
 * ``publish DEST``: write the student repository (``publish.py``);
 * ``cases ASSIGNMENT STUDENT``: the hidden inputs one student was graded on;
 * ``export ASSIGNMENT --to canvas|moodle``: the totals as the LMS's gradebook imports them (``export.py``);
-* ``report ASSIGNMENT...``: the class report, one HTML page (``report.py``).
+* ``report ASSIGNMENT...``: the class report, one HTML page (``report.py``);
+* ``similarity ASSIGNMENT``: the pairs of submissions that share code, one HTML page (``similarity.py``).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ def main(argv: list[str] | None = None, import_seconds: float | None = None) -> 
             return export_for_lms(args)
         if args.command == "report":
             return write_report(args)
+        if args.command == "similarity":
+            return write_similarity(args)
         return grade_assignment(args, import_seconds)
     except (SandboxUnavailable, FileNotFoundError, ValueError, PublishError, ConnectionError,
             GradingEnvironmentError) as error:
@@ -71,6 +74,25 @@ def write_report(args: argparse.Namespace) -> int:
 
     path = report(args.assignments, course_dir=args.course_dir, output=args.output)
     print(f"class report: {path}")
+    return 0
+
+
+def write_similarity(args: argparse.Namespace) -> int:
+    """``similarity ASSIGNMENT``: the page of similar submissions (``similarity.py``), its path printed; with
+    ``--json``, the flagged pairs as JSON on stdout instead of the summary."""
+    from .similarity import page_path, similarity, to_json, write_page
+
+    if args.threshold is not None and not 0 <= args.threshold <= 1:
+        raise ValueError(f"--threshold must be between 0 and 1, not {args.threshold}")
+    analysis = similarity(args.assignment, course_dir=args.course_dir, threshold=args.threshold)
+    path = write_page(analysis, args.output or page_path(args.course_dir, analysis.assignment))
+    if args.json:
+        print(to_json(analysis.pairs))
+        return 0
+    grouped = [group for group in analysis.groups() if len(group) > 2]
+    print(f"{len(analysis.students)} notebooks compared, {len(analysis.pairs)} pairs flagged at "
+          f"{analysis.settings.threshold:.2f}" + (f", {len(grouped)} groups of three or more" if grouped else ""))
+    print(f"similarity page: {path}")
     return 0
 
 

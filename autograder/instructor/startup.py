@@ -65,6 +65,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     summary.add_argument("--output", type=Path, default=None,
                          help="where to write the page (default: grades/report-<assignment>.html)")
     _add_export(commands)
+    _add_similarity(commands)
     return parser.parse_args(argv)
 
 
@@ -93,6 +94,25 @@ def _add_export(commands: argparse._SubParsersAction) -> None:
     lms.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
     lms.add_argument("--output", type=Path, default=None,
                      help="the CSV file to write (default: grades/<to>-ASSIGNMENT.csv in the course directory)")
+
+
+def _add_similarity(commands: argparse._SubParsersAction) -> None:
+    """``similarity ASSIGNMENT``: the options of :func:`autograder.instructor.similarity.similarity_page`."""
+    alike = commands.add_parser(
+        "similarity", help="after grading: which submissions share code beyond what the exercise gives",
+        description="Compare every pair of notebooks handed in (read as text, never run), with the released "
+                    "notebook's code and code most of the class shares set aside, rarer code counting more; write "
+                    "grades/similarity-ASSIGNMENT.html, the flagged pairs side by side. A flag is a reason to look, "
+                    "not a verdict; nothing changes a grade.")
+    alike.add_argument("assignment", help="assignment id or number, e.g. 04_multihead")
+    alike.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
+    alike.add_argument("--threshold", type=float, default=None,
+                       help="flag pairs whose notebook score (0 to 1) is at least this (default: the module's "
+                            "THRESHOLD, chosen with benchmarks/similarity.py)")
+    alike.add_argument("--json", action="store_true",
+                       help="print the flagged pairs as JSON (students, score, shared, parts) instead of a summary")
+    alike.add_argument("--output", type=Path, default=None,
+                       help="where to write the page (default: grades/similarity-ASSIGNMENT.html)")
 
 
 def _add_setting(parser: argparse.ArgumentParser, name: str) -> None:
