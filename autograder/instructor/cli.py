@@ -82,8 +82,8 @@ def write_similarity(args: argparse.Namespace) -> int:
     ``--json``, the flagged pairs as JSON on stdout instead of the summary."""
     from .similarity import page_path, similarity, to_json, write_page
 
-    if args.threshold is not None and not 0 <= args.threshold <= 1:
-        raise ValueError(f"--threshold must be between 0 and 1, not {args.threshold}")
+    if args.threshold is not None and not args.threshold >= 0:
+        raise ValueError(f"--threshold is evidence in nats, 0 or more, not {args.threshold}")
     analysis = similarity(args.assignment, course_dir=args.course_dir, threshold=args.threshold)
     path = write_page(analysis, args.output or page_path(args.course_dir, analysis.assignment))
     if args.json:
@@ -91,7 +91,7 @@ def write_similarity(args: argparse.Namespace) -> int:
         return 0
     grouped = [group for group in analysis.groups() if len(group) > 2]
     print(f"{len(analysis.students)} notebooks compared, {len(analysis.pairs)} pairs flagged at "
-          f"{analysis.settings.threshold:.2f}" + (f", {len(grouped)} groups of three or more" if grouped else ""))
+          f"{analysis.threshold:.1f}" + (f", {len(grouped)} groups of three or more" if grouped else ""))
     print(f"similarity page: {path}")
     return 0
 

@@ -6,46 +6,40 @@ text: nothing handed in is run. It changes no grade and writes one page for the 
 ``grades/similarity-<assignment>.html``, beside the grades: students are named there (and in
 ``--json``'s output), never in feedback.
 
-**What is compared.** Each graded answer cell (one unit per ``grade_id``), and the whole notebook's
-code (every code cell but the test cells, so that code moved between cells or added in cells of
-one's own is seen too).
+**What is compared.** Each graded answer cell (one unit per ``grade_id``), and the code outside the
+answer cells (cells a student added, given cells: :data:`OTHER`); the whole notebook's code gives the share
+of code two students have in common, for the reader.
 
-**How.** Each unit's code is tokenised by copydetect's ``filter_code``: names become ``V``,
-functions ``F``, classes ``O``, strings ``S``; comments and whitespace go. Renamed locals,
-rewritten comments, blank lines and another layout then leave the text the same. The filtered
-text is cut into k-grams, hashed and winnowed (Schleimer, Wilkerson and Aiken, *Winnowing: local
-algorithms for document fingerprinting*, SIGMOD 2003) with copydetect's ``hashed_kgrams`` and
-``winnow``, with copydetect's default thresholds: noise 25 (k = 25 filtered characters, about
-ten tokens) and guarantee 25, so its window is 25 − 25 + 1 = 1 and every k-gram is a fingerprint.
-Answers are short (a part is a few hundred filtered characters): keeping every k-gram costs
-little here, and each shared stretch of code counts by its whole length rather than by the
-sample a wider window would keep. Python's ``hash()`` differs between processes, so every
-fingerprint of a run is made in this one.
+**How.** Each statement is written out again by ``ast.unparse`` (a compound statement's header alone:
+``if mask is not None:``), so that layout, parentheses, quotes and line breaks do not change it, and then
+tokenised by copydetect's ``filter_code``: names become ``V``, functions ``F``, classes ``O``, strings
+``S``; comments and whitespace go. Renamed locals, rewritten comments, another layout and statements put in
+another order then leave each statement the same. Its text is cut into k-grams of copydetect's default
+noise threshold (k = 25 filtered characters), every one kept (copydetect's window of 1), none across two
+statements, and hashed with copydetect's ``hashed_kgrams``. Python's ``hash()`` differs between processes,
+so every fingerprint of a run is made in this one.
 
-Then, as MOSS and Gradescope do, what everyone may share stops counting: each fingerprint of
-the released notebook (stubs, signatures, docstrings, given code), and each fingerprint that more
-than half the class (:attr:`Settings.common_share`) has in that unit. What remains is weighed by
-its rarity in the class, ``log(1 + N / df)`` over the N students (the smoothed form of IDF: it
-stays above 0 in a class of two), so that code many honest students converge on counts little
-and a part with little room for variation (a one-line ``causal_mask``) adds little to a
-notebook's score: each part weighs what its fingerprints weigh, which follows its length and how
-the class's answers spread (:attr:`Analysis.part_weights`).
+Then, as MOSS and Gradescope do, what everyone may share stops counting: each fingerprint of the released
+notebook (stubs, signatures, docstrings, given code), and each fingerprint that more than half the class
+(:attr:`Settings.common_share`) has in that unit. What remains is weighed by its rarity in the class,
+``log(1 + N / df)`` over the N students. Two students' answers to a part are *alike* when one holds 90 %
+(:attr:`Settings.same`) of the other's counted weight or more.
 
-A pair's score, per part and over the notebook, is the weight of the fingerprints the two share
-over the weight of the smaller side. The smaller side (containment rather than a symmetric
-overlap) because a copier who adds code of their own, or answers only some parts, has most of
-their own code in the other's notebook, while the other's holds more; a symmetric measure would
-let that padding dilute the score. So that a nearly empty side cannot score 1 with a few shared
-lines, the denominator is at least half the class's median weight for that unit
-(:attr:`Settings.floor_share`). Pairs whose notebook score reaches the threshold are flagged,
-strongest first, with the share of code in common (unweighted) and the parts that match; flagged
-pairs joined by a student form groups (a copy of a copy).
+**Which pairs are flagged.** Short answers are expected to look alike, and some parts leave little room:
+so an alike part counts by how rarely the class's pairs hand that part in as alike, ``-ln`` of their share
+(:attr:`Unit.evidence`): a one-line mask that every pair writes alike counts 0; a long answer that only two
+students share counts ``ln`` of the number of pairs. A pair's evidence is the sum over its alike parts
+(:attr:`Pair.score`; ``one_pair_in`` is ``e`` to that power). A pair is flagged when its evidence reaches
+``ln(pairs / 2)``: were the parts alike by chance alone, a class of its size would hold about two pairs so
+alike (10.0 for 300 students; ``--threshold`` sets it). In a small class one part copied may stay below it:
+the page lists the strongest pairs down to half the threshold apart. ``benchmarks/similarity.py`` measures
+what the default finds on a class of 300 with known copies.
 
 **Why copydetect** (0.5.0): MIT-licensed and maintained; it tokenises with Pygments and
-fingerprints by winnowing, the method MOSS uses, but runs here, offline: MOSS would upload the
-class's code to a server. And it exposes its functions (``filter_code``, ``hashed_kgrams``,
-``winnow``, ``get_copied_slices``) rather than only whole-file comparisons, so that the class-wide
-weighting above, which its own detector lacks, can be built on them.
+fingerprints k-grams of tokens, as MOSS does, but runs here, offline: MOSS would upload the class's
+code to a server. And it exposes its functions (``filter_code``, ``hashed_kgrams``) rather than only
+whole-file comparisons, so that statement-wise fingerprints and the class-wide weighing above, which its
+own detector lacks, can be built on them.
 
 What it cannot see: code two students wrote from the same chapter of the book; a copy rewritten
 by hand; help given in words; parts too short to leave room for variation. A flag is a reason
@@ -54,38 +48,43 @@ to look, not a verdict.
 
 from __future__ import annotations
 
-import bisect
+import ast
+import copy
 import html
 import json
 import math
 import re
-import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
-from copydetect.defaults import GUARANTEE_THRESHOLD, NOISE_THRESHOLD
-from copydetect.utils import filter_code, get_copied_slices, hashed_kgrams, winnow
+from copydetect.defaults import NOISE_THRESHOLD
+from copydetect.utils import filter_code, hashed_kgrams
 from scipy import sparse
 
 from .gradebook import Course
 
 #: The unit of the whole notebook's code, beside the parts (grade ids).
 NOTEBOOK = "(notebook)"
-#: The notebook score at or above which a pair is flagged: chosen with ``benchmarks/similarity.py``
-#: (the module docstring there says by which rule).
-THRESHOLD = 0.35
+#: By default a pair is flagged when, were its parts alike by chance alone, a class of this size would hold fewer
+#: than this many pairs as alike: its evidence is at least ``ln(pairs / EXPECTED_BY_CHANCE)`` (10.0 for 300
+#: students; ``benchmarks/similarity.py`` measures what that finds).
+EXPECTED_BY_CHANCE = 2.0
+#: A part is (nearly) the same in two notebooks when one holds this share of the other's counted code, or more.
+SAME = 0.9
+#: The code of a notebook outside its answer and test cells (cells a student added, given cells), one more unit.
+OTHER = "(other cells)"
 #: A notebook larger than this is not read (the grader refuses such a submission too); the
 #: students with one are listed on the page.
 MAX_NOTEBOOK_BYTES = 20 * 1024 * 1024
 #: The code of one unit past this many characters is cut (a flood of cells must not stall the run).
 MAX_UNIT_CHARACTERS = 200_000
+#: The most pairs below the threshold listed (:attr:`Analysis.near`).
+NEAR_SHOWN = 20
 #: The most flagged pairs shown side by side on the page; the table lists them all.
 PAIRS_SHOWN = 60
-# Where a string literal starts: its prefix (r, b, f, u, in either case and order), then a quote.
-_STRING_START = re.compile(r"[rRbBfFuU]{0,2}['\"]")
 
 
 @dataclass(frozen=True)
@@ -93,18 +92,17 @@ class Settings:
     """How code is fingerprinted and pairs are scored.
 
     Attributes:
-        threshold: the notebook score at which a pair is flagged.
+        threshold: the evidence (in nats) at which a pair is flagged (its alike parts met together, by the class's
+            own answers, by one pair in e**threshold); ``None``: ``ln(pairs / EXPECTED_BY_CHANCE)`` of the class.
         k: k-gram length in filtered characters (copydetect's noise threshold).
-        window: winnowing window (copydetect's guarantee − noise + 1).
         common_share: a fingerprint held by more than this share of the class (in a unit) stops counting.
-        floor_share: a pair's denominator is at least this share of the class's median weight in the unit.
+        same: the share of the smaller side's counted code the other must hold for a part to be (nearly) the same.
     """
 
-    threshold: float = THRESHOLD
+    threshold: float | None = None
     k: int = NOISE_THRESHOLD
-    window: int = GUARANTEE_THRESHOLD - NOISE_THRESHOLD + 1
     common_share: float = 0.5
-    floor_share: float = 0.5
+    same: float = SAME
 
 
 # --------------------------------------------------------------------------------------
@@ -177,69 +175,83 @@ class Code:
 
     Attributes:
         text: the code as handed in.
-        filtered: copydetect's tokens (``V``, ``F``, ``O``, ``S``, keywords, operators), no comments or spaces.
-        offsets: copydetect's map from ``filtered`` back to ``text``.
-        hashes: the hash of every k-gram of ``filtered``, by position.
-        fingerprints: the winnowed hashes (a set).
+        fingerprints: the hashes of its statements' k-grams (:func:`statements`, :func:`fingerprinted`).
+        lines: ``{fingerprint: the lines of text (from 0) of the statement it comes from}``, to mark them.
     """
 
     text: str
-    filtered: str
-    offsets: np.ndarray
-    hashes: np.ndarray
     fingerprints: set[int]
+    lines: dict[int, set[int]] = field(default_factory=dict)
 
 
-def tokens(code: str) -> tuple[str, np.ndarray]:
-    """copydetect's filtered text of Python ``code`` and its offsets back into ``code``."""
-    filtered, offsets = filter_code(code, "answer.py", language="python")
-    return filtered, np.asarray(offsets, dtype=np.int64).reshape(-1, 2)
+#: A string as copydetect's filter leaves it: ``S`` per piece (a docstring's lines are pieces), quotes around.
+_STRINGS = re.compile(r'"?S+"?')
+#: The bodies a compound statement holds: its header alone is the statement.
+_BODIES = ("body", "orelse", "finalbody", "handlers")
 
 
-def kgram_hashes(filtered: str, k: int) -> np.ndarray:
-    """The hash of each k-gram of ``filtered`` (none when it is shorter than ``k``)."""
-    if len(filtered) < k:
-        return np.zeros(0, dtype=np.int64)
-    return np.asarray(hashed_kgrams(filtered, k), dtype=np.int64)
+def statements(code: str) -> list[tuple[str, int, int]]:
+    """``[(text, first line, last line)]`` of each statement of ``code`` (lines from 1), written out again by
+    ``ast.unparse``: a simple statement whole, a compound one's header alone (``if mask is not None:``, ``def
+    f(x):``), its body's statements apart. So layout, parentheses, quotes and line breaks do not change a
+    statement's text, and statements moved around keep theirs. Code that does not parse: its lines, as written."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return [(line, number, number) for number, line in enumerate(code.split("\n"), start=1) if line.strip()]
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.stmt):
+            found.append(_statement(node))
+    return found
 
 
-def fingerprints(hashes: np.ndarray, window: int) -> set[int]:
-    """The winnowed fingerprints of a unit's k-gram hashes."""
-    if len(hashes) == 0:
-        return set()
-    selected, _ = winnow(hashes, window, remove_duplicates=True)
-    return set(selected.tolist())
+def _statement(node: ast.stmt) -> tuple[str, int, int]:
+    """One statement's text and lines (a compound statement's header: its bodies left out)."""
+    inner = [s for name in _BODIES for s in (getattr(node, name, None) or []) if isinstance(s, ast.stmt)]
+    first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+    if not inner:
+        return ast.unparse(node), first, node.end_lineno or node.lineno
+    header = copy.copy(node)  # the same node with each body one `pass`
+    for name in _BODIES:
+        if getattr(node, name, None):
+            setattr(header, name, [] if name == "handlers" else [ast.Pass()])
+    return ast.unparse(header), first, max(node.lineno, min(s.lineno for s in inner) - 1)
 
 
-def fingerprinted(text: str, settings: Settings, filtered: tuple[str, np.ndarray] | None = None) -> Code:
-    """A unit's :class:`Code` (``filtered``: its tokens, where already made)."""
-    filtered_text, offsets = filtered if filtered is not None else tokens(text)
-    hashes = kgram_hashes(filtered_text, settings.k)
-    return Code(text, filtered_text, offsets, hashes, fingerprints(hashes, settings.window))
+def fingerprinted(text: str, settings: Settings) -> Code:
+    """A unit's :class:`Code`: each statement's text (:func:`statements`) tokenised by copydetect's
+    ``filter_code`` (names ``V``, functions ``F``, classes ``O``, strings ``S``; no comments, no spaces), and every
+    k-gram of it hashed (a statement shorter than k: whole); no k-gram crosses from one statement to the next."""
+    text = text[:MAX_UNIT_CHARACTERS]
+    code = Code(text, set())
+    for statement, first, last in statements(text):
+        filtered = _STRINGS.sub("S", filter_code(statement, "answer.py", language="python")[0])
+        if not filtered:
+            continue
+        hashes = [hash(filtered)] if len(filtered) <= settings.k else hashed_kgrams(filtered, settings.k).tolist()
+        for fingerprint in hashes:
+            code.fingerprints.add(fingerprint)
+            code.lines.setdefault(fingerprint, set()).update(range(first - 1, last))
+    return code
 
 
 def submission_codes(submission: Submission, settings: Settings) -> dict[str, Code]:
-    """``{unit: Code}`` of a submission: each part, and :data:`NOTEBOOK`. Each cell is tokenised once; the
-    notebook's tokens are its cells' in order."""
-    by_cell = [tokens(code) for code in submission.cells]
-    codes = {}
-    for part, code in submission.parts.items():
-        cells = submission.part_cells.get(part, [])
-        codes[part] = fingerprinted(code, settings, by_cell[cells[0]] if len(cells) == 1 else None)
-    notebook = "".join(filtered for filtered, _ in by_cell)
-    hashes = kgram_hashes(notebook, settings.k)
-    codes[NOTEBOOK] = Code("\n\n".join(submission.cells), notebook, np.zeros((0, 2), dtype=np.int64), hashes,
-                           fingerprints(hashes, settings.window))
+    """``{unit: Code}`` of a submission: each part, and :data:`NOTEBOOK` (every code cell's statements). Each cell
+    is fingerprinted once; a part of one cell is that cell's."""
+    cells = [fingerprinted(text, settings) for text in submission.cells]
+    codes = {part: cells[submission.part_cells[part][0]] if len(submission.part_cells.get(part, [])) == 1
+             else fingerprinted(code, settings) for part, code in submission.parts.items()}
+    answers = {index for indices in submission.part_cells.values() for index in indices}
+    others = [index for index in range(len(cells)) if index not in answers]
+    codes[OTHER] = fingerprinted("\n\n".join(submission.cells[i] for i in others), settings)
+    codes[NOTEBOOK] = Code("\n\n".join(submission.cells), set().union(*(cell.fingerprints for cell in cells)))
     return codes
 
 
 def released_hashes(released: Submission, settings: Settings) -> set[int]:
-    """Every k-gram of the released notebook: each cell's, and across its cells' boundaries."""
-    cells = [tokens(code)[0] for code in released.cells]
-    found = set(kgram_hashes("".join(cells), settings.k).tolist())
-    for filtered in cells:
-        found |= set(kgram_hashes(filtered, settings.k).tolist())
-    return found
+    """Every fingerprint of the released notebook's code cells (stubs, signatures, docstrings, given code)."""
+    return set().union(*(fingerprinted(text, settings).fingerprints for text in released.cells))
 
 
 # --------------------------------------------------------------------------------------
@@ -252,10 +264,11 @@ class Pair:
     """Two students whose notebooks share code beyond the release.
 
     Attributes:
-        score: the weight of the fingerprints they share over the smaller side's (see the module docstring).
+        score: the evidence, in nats: the sum, over the parts the two hand in (nearly) the same, of ``-ln`` of the
+            share of the class's pairs that hand that part in as alike (:attr:`Unit.evidence`).
         shared: the share of the smaller side's fingerprints (released ones left out) the other also has,
             unweighted: how much of the code is the same.
-        parts: ``{part: score}`` of the parts that match (score at the threshold or above), strongest first.
+        parts: ``{part: containment}`` of the parts (nearly) the same, the most telling first.
     """
 
     students: tuple[str, str]
@@ -263,10 +276,15 @@ class Pair:
     shared: float
     parts: dict[str, float]
 
+    @property
+    def one_pair_in(self) -> float:
+        """How rare the pair's alike parts are together, by the class's own answers: ``e**score`` pairs for one."""
+        return math.exp(min(self.score, 700.0))
+
     def as_json(self) -> dict:
         """The pair as ``--json`` writes it."""
         return {"students": list(self.students), "score": round(self.score, 4), "shared": round(self.shared, 4),
-                "parts": {part: round(score, 4) for part, score in self.parts.items()}}
+                "one_pair_in": round(self.one_pair_in), "parts": {p: round(c, 4) for p, c in self.parts.items()}}
 
 
 @dataclass
@@ -276,14 +294,18 @@ class Unit:
     Attributes:
         weights: ``{fingerprint: weight}`` of the fingerprints that count (neither released nor common).
         totals: each student's weight (their counted fingerprints').
-        floor: the least denominator of a pair's score.
-        scores: students × students scores (the row and column order of :attr:`Analysis.students`).
+        scores: students × students containment: the weight two students share over the smaller side's (0 where
+            a side has no counted code).
+        evidence: students × students, for the pairs whose part is (nearly) the same (containment at least
+            :attr:`Settings.same`): ``-ln`` of the share of the class's pairs whose containment is as high; 0
+            elsewhere. A part the class often hands in alike (a one-line mask, a converging answer)
+            gives little; a long answer that only these two share, a lot.
     """
 
     weights: dict[int, float]
     totals: np.ndarray
-    floor: float
     scores: np.ndarray
+    evidence: np.ndarray
 
 
 @dataclass
@@ -291,7 +313,8 @@ class Analysis:
     """One assignment's similarity: the flagged pairs, and what the page needs to show them.
 
     Attributes:
-        part_weights: each part's share of what the class's notebooks weigh (median weight per part).
+        alike: per compared unit, the share of the class's pairs (both answered) that hand it in (nearly) the same:
+            how little room it leaves.
         unread: ``{student: why}`` of the notebooks that could not be read.
         released: every k-gram hash of the released notebook; released_parts: ``{part: its released cell}``.
     """
@@ -301,12 +324,32 @@ class Analysis:
     parts: list[str]
     settings: Settings
     pairs: list[Pair]
-    part_weights: dict[str, float]
+    alike: dict[str, float]
     codes: dict[str, dict[str, Code]]
     units: dict[str, Unit]
     released: set[int]
     unread: dict[str, str] = field(default_factory=dict)
     released_parts: dict[str, str] = field(default_factory=dict)
+    #: the strongest pairs below the threshold, with half its evidence or more (at most :data:`NEAR_SHOWN`): in a
+    #: small class one copied part may stay below it
+    near: list[Pair] = field(default_factory=list)
+
+    @property
+    def threshold(self) -> float:
+        """The evidence at which a pair is flagged (:attr:`Settings.threshold`, else from the class's size)."""
+        if self.settings.threshold is not None:
+            return self.settings.threshold
+        pairs = len(self.students) * (len(self.students) - 1) / 2
+        return math.log(max(pairs, 1.0) / EXPECTED_BY_CHANCE)
+
+    @property
+    def compared(self) -> list[str]:
+        """The units whose evidence adds up: each part, and the code outside the answer cells (:data:`OTHER`)."""
+        return [*self.parts, OTHER]
+
+    def evidence(self) -> np.ndarray:
+        """Students × students: the evidence of each pair (:attr:`Pair.score`), summed over its alike parts."""
+        return sum((self.units[unit].evidence for unit in self.compared), np.zeros((len(self.students),) * 2))
 
     def groups(self) -> list[list[str]]:
         """Students joined by flagged pairs (connected components of two or more), largest first."""
@@ -325,18 +368,16 @@ def analyse(submissions: list[Submission], released: Submission, *, assignment: 
     given = released_hashes(released, settings)
     parts = list(dict.fromkeys([*released.parts, *(p for s in submissions for p in s.parts)]))
     units = {unit: _unit([codes[s].get(unit) for s in students], given, settings)
-             for unit in [*parts, NOTEBOOK]}
-    medians = {part: _median(units[part].totals) for part in parts}
-    total = sum(medians.values()) or 1.0
-    analysis = Analysis(assignment, students, parts, settings, [], {p: m / total for p, m in medians.items()},
-                        codes, units, given, {s.student: s.problem for s in submissions if s.problem},
-                        dict(released.parts))
-    analysis.pairs = _flagged(analysis)
+             for unit in [*parts, OTHER, NOTEBOOK]}
+    alike = {unit: _alike_share(units[unit], settings) for unit in [*parts, OTHER]}
+    analysis = Analysis(assignment, students, parts, settings, [], alike, codes, units, given,
+                        {s.student: s.problem for s in submissions if s.problem}, dict(released.parts))
+    analysis.pairs, analysis.near = _flagged(analysis)
     return analysis
 
 
 def _unit(codes: list[Code | None], given: set[int], settings: Settings) -> Unit:
-    """The weights and pair scores of one unit over the class (``None``: a student without that unit)."""
+    """The weights, containments and evidence of one unit over the class (``None``: a student without it)."""
     held = [set() if code is None else code.fingerprints - given for code in codes]
     count = len(held)
     frequency: dict[int, int] = defaultdict(int)
@@ -350,10 +391,32 @@ def _unit(codes: list[Code | None], given: set[int], settings: Settings) -> Unit
     weighted = matrix @ sparse.diags(np.fromiter(weights.values(), dtype=float, count=len(weights)))
     shared = (weighted @ matrix.T).toarray()
     totals = np.diag(shared).copy()
-    floor = settings.floor_share * _median(totals)
-    smaller = np.maximum(np.minimum.outer(totals, totals), max(floor, 1e-12))
-    scores = np.where(shared > 0, shared / smaller, 0.0)
-    return Unit(weights, totals, floor, np.minimum(scores, 1.0))
+    smaller = np.minimum.outer(totals, totals)
+    scores = np.where(smaller > 0, shared / np.maximum(smaller, 1e-12), 0.0)
+    return Unit(weights, totals, np.minimum(scores, 1.0), _evidence(np.minimum(scores, 1.0), totals > 0, settings.same))
+
+
+def _evidence(scores: np.ndarray, answered: np.ndarray, same: float) -> np.ndarray:
+    """Per pair, ``-ln`` of the share of the class's pairs whose containment is at least theirs (a pair where a side
+    has no code of its own there is not alike), where theirs is ``same`` or more; 0 elsewhere (:attr:`Unit.evidence`).
+    """
+    upper = np.triu_indices(len(scores), k=1)
+    ranked = np.sort(np.where(answered[upper[0]] & answered[upper[1]], scores[upper], 0.0))
+    if len(ranked) == 0:
+        return np.zeros_like(scores)
+    at_least = len(ranked) - np.searchsorted(ranked, scores, side="left")  # pairs as alike, each pair's own included
+    evidence = -np.log(np.maximum(at_least, 1) / len(ranked))
+    alike = (scores >= same) & np.outer(answered, answered)
+    np.fill_diagonal(alike, False)
+    return np.where(alike, evidence, 0.0)
+
+
+def _alike_share(unit: Unit, settings: Settings) -> float:
+    """The share of the class's pairs (both answered) whose answers to ``unit`` are (nearly) the same."""
+    answered = unit.totals > 0
+    upper = np.triu_indices(len(answered), k=1)
+    both = answered[upper[0]] & answered[upper[1]]
+    return float((unit.scores[upper][both] >= settings.same).mean()) if both.any() else 0.0
 
 
 def _incidence(rows: list[list[int]], columns: int) -> sparse.csr_matrix:
@@ -363,25 +426,23 @@ def _incidence(rows: list[list[int]], columns: int) -> sparse.csr_matrix:
     return sparse.csr_matrix((np.ones(len(indices)), indices, pointers), shape=(len(rows), columns))
 
 
-def _median(values: np.ndarray) -> float:
-    """The median of the positive values (students who wrote something), 0 if none."""
-    positive = [float(v) for v in values if v > 0]
-    return statistics.median(positive) if positive else 0.0
+def _flagged(analysis: Analysis) -> tuple[list[Pair], list[Pair]]:
+    """The pairs whose evidence reaches the threshold, strongest first; and the strongest below it, down to half
+    the threshold (:attr:`Analysis.near`)."""
+    total = analysis.evidence()
+    threshold = max(analysis.threshold, 1e-9)
+    rows, columns = np.nonzero(np.triu(total >= threshold / 2, k=1))
+    pairs = sorted((_pair(analysis, total, i, j) for i, j in zip(rows.tolist(), columns.tolist(), strict=True)),
+                   key=lambda pair: (-pair.score, -pair.shared, pair.students))
+    return [p for p in pairs if p.score >= threshold], [p for p in pairs if p.score < threshold][:NEAR_SHOWN]
 
 
-def _flagged(analysis: Analysis) -> list[Pair]:
-    """The pairs whose notebook score reaches the threshold, strongest first."""
-    scores, threshold = analysis.units[NOTEBOOK].scores, analysis.settings.threshold
-    rows, columns = np.nonzero(np.triu(scores >= max(threshold, 1e-9), k=1))
-    pairs = [_pair(analysis, i, j) for i, j in zip(rows.tolist(), columns.tolist(), strict=True)]
-    return sorted(pairs, key=lambda pair: (-pair.score, -pair.shared, pair.students))
-
-
-def _pair(analysis: Analysis, i: int, j: int) -> Pair:
+def _pair(analysis: Analysis, total: np.ndarray, i: int, j: int) -> Pair:
     a, b = analysis.students[i], analysis.students[j]
-    parts = {part: float(analysis.units[part].scores[i, j]) for part in analysis.parts}
-    matching = {p: s for p, s in sorted(parts.items(), key=lambda item: -item[1]) if s >= analysis.settings.threshold}
-    return Pair((a, b), float(analysis.units[NOTEBOOK].scores[i, j]), _shared_share(analysis, a, b), matching)
+    alike = {unit: float(analysis.units[unit].scores[i, j]) for unit in analysis.compared
+             if analysis.units[unit].evidence[i, j] > 0}
+    parts = dict(sorted(alike.items(), key=lambda item: -analysis.units[item[0]].evidence[i, j]))
+    return Pair((a, b), float(total[i, j]), _shared_share(analysis, a, b), parts)
 
 
 def _shared_share(analysis: Analysis, a: str, b: str) -> float:
@@ -505,29 +566,9 @@ def to_json(pairs: list[Pair]) -> str:
 # --------------------------------------------------------------------------------------
 
 
-def shared_lines(code: Code, common: set[int], k: int) -> set[int]:
-    """The lines (from 0) of ``code.text`` that hold a k-gram whose hash is in ``common``.
-
-    The k-grams' positions in the filtered text become slices (copydetect's ``get_copied_slices``), and
-    each filtered character of a slice is mapped back to where its token starts in the text (copydetect's
-    offsets: at each point, how many characters filtering had dropped before it). A string (``S``) marks no
-    line: its text never decided a match, and a docstring next to copied code would be marked whole.
-    """
-    positions = np.nonzero(np.isin(code.hashes, np.fromiter(common, dtype=np.int64, count=len(common))))[0]
-    if len(positions) == 0 or len(code.offsets) == 0:
-        return set()
-    starts, ends = get_copied_slices(positions, k)
-    filtered = np.concatenate([np.arange(s, e) for s, e in zip(starts.tolist(), ends.tolist(), strict=True)])
-    shift = code.offsets[:, 1][np.clip(np.searchsorted(code.offsets[:, 0], filtered), 0, len(code.offsets) - 1)]
-    line_starts = [0] + [i + 1 for i, ch in enumerate(code.text) if ch == "\n"]
-    return {bisect.bisect_right(line_starts, at) - 1 for p, at in zip(filtered.tolist(), (filtered + shift).tolist(),
-                                                                        strict=True)
-            if not _is_string(code, p, at)}
-
-
-def _is_string(code: Code, filtered: int, at: int) -> bool:
-    """Whether filtered character ``filtered`` is a string literal's ``S`` (the text at ``at`` opens a string)."""
-    return code.filtered[filtered] == "S" and bool(_STRING_START.match(code.text, at))
+def shared_lines(code: Code, common: set[int]) -> set[int]:
+    """The lines (from 0) of ``code.text`` whose statements hold a fingerprint in ``common``."""
+    return set().union(*(code.lines.get(fingerprint, set()) for fingerprint in common))
 
 
 def marks(analysis: Analysis, a: str, b: str, part: str) -> tuple[set[int], set[int]]:
@@ -537,8 +578,7 @@ def marks(analysis: Analysis, a: str, b: str, part: str) -> tuple[set[int], set[
         return set(), set()
     counted = analysis.units[part].weights
     common = {f for f in code_a.fingerprints & code_b.fingerprints if f in counted}
-    k = analysis.settings.k
-    return shared_lines(code_a, common, k), shared_lines(code_b, common, k)
+    return shared_lines(code_a, common), shared_lines(code_b, common)
 
 
 def given_lines(analysis: Analysis, student: str, part: str) -> set[int]:
@@ -571,7 +611,8 @@ def page(analysis: Analysis) -> str:
     pair's answers side by side."""
     title = f"Similar submissions: {analysis.assignment}"
     body = [f"<h1>{_e(title)}</h1>", _NOTICE, _summary(analysis), _parts_table(analysis),
-            "<h2 id='pairs'>Flagged pairs, strongest first</h2>", _pairs_table(analysis),
+            "<h2 id='pairs'>Flagged pairs, strongest first</h2>", _pairs_table(analysis, analysis.pairs),
+            "<h2 id='near'>Below the threshold</h2>", _near(analysis),
             "<h2 id='groups'>Groups</h2>", _groups(analysis), _unread(analysis),
             "<h2 id='side-by-side'>Side by side</h2>", _LEGEND, *_side_by_side(analysis)]
     return _HTML.format(title=_e(title), style=_STYLE, body="\n".join(part for part in body if part))
@@ -594,34 +635,47 @@ def _summary(analysis: Analysis) -> str:
     settings = analysis.settings
     return (f"<p class='meta'>Made {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC from the {len(analysis.students)} "
             f"notebooks in <code>submitted/</code>, with the released notebook's code set aside. "
-            f"{len(analysis.pairs)} pairs flagged at a notebook score of {settings.threshold:.2f} or more. "
-            f"k-grams of {settings.k} filtered characters, window {settings.window}; code held by more than "
-            f"{settings.common_share:.0%} of the class does not count, and rarer code counts more. "
-            "Score: the weight of the code two students share over the weight of the smaller side's code "
-            "(1: all of it). This file reads the same offline.</p>")
+            f"{len(analysis.pairs)} pairs flagged. Each statement is compared as written out again (names, comments, "
+            f"layout and the order of statements do not count), by its k-grams of {settings.k} tokens' characters; "
+            f"code held by more than {settings.common_share:.0%} of the class does not count. A part is "
+            f"<em>alike</em> in two notebooks when one holds {settings.same:.0%} of the other's counted code or more. "
+            "A pair's evidence adds up, over its alike parts, how rarely the class's pairs hand that part in so alike "
+            f"(<code>-ln</code> of their share); a pair is flagged at {analysis.threshold:.1f} or more: its alike parts "
+            f"together are met by fewer than one pair in {math.exp(analysis.threshold):,.0f} by the class's own "
+            f"answers, so that by chance alone a class of {len(analysis.students)} would hold about "
+            f"{EXPECTED_BY_CHANCE:g} pairs so alike. This file reads the same offline.</p>")
 
 
 def _parts_table(analysis: Analysis) -> str:
-    lines = ["<h2 id='parts'>What each part weighs</h2><table><tr><th>part</th><th>share of a notebook's weight</th>"
-             "</tr>"]
-    for part in analysis.parts:
-        lines.append(f"<tr><td><code>{_e(part)}</code></td><td>{analysis.part_weights.get(part, 0.0):.0%}</td></tr>")
-    lines.append("</table><p class='note'>A part weighs what the code the class wrote for it weighs: short parts, and "
-                 "parts whose answers converge, count little in a notebook's score.</p>")
+    lines = ["<h2 id='parts'>How much room each part leaves</h2><table><tr><th>part</th>"
+             "<th>pairs of the class that hand it in alike</th></tr>"]
+    for unit in analysis.compared:
+        lines.append(f"<tr><td><code>{_e(unit)}</code></td><td>{analysis.alike.get(unit, 0.0):.1%}</td></tr>")
+    lines.append("</table><p class='note'>A part that many pairs hand in alike (a one-line mask, answers that "
+                 "converge) tells little when two students' answers are alike; a long answer that few pairs share "
+                 "tells a lot. <code>(other cells)</code>: the code outside the answer cells.</p>")
     return "\n".join(lines)
 
 
-def _pairs_table(analysis: Analysis) -> str:
-    if not analysis.pairs:
+def _near(analysis: Analysis) -> str:
+    if not analysis.near:
+        return "<p>No other pair has half the threshold's evidence.</p>"
+    return ("<p class='note'>Not flagged: the strongest pairs with half the threshold's evidence or more. In a small "
+            "class one copied part can stay below the threshold; the parts named here are alike.</p>"
+            + _pairs_table(analysis, analysis.near, first=len(analysis.pairs) + 1))
+
+
+def _pairs_table(analysis: Analysis, pairs: list[Pair], first: int = 1) -> str:
+    if not pairs:
         return "<p>No pair reaches the threshold.</p>"
-    lines = ["<table class='pairs'><tr><th>#</th><th>students</th><th>score</th><th>code in common</th>"
-             "<th>parts that match</th></tr>"]
-    for number, pair in enumerate(analysis.pairs, start=1):
+    lines = ["<table class='pairs'><tr><th>#</th><th>students</th><th>evidence</th><th>one pair in</th>"
+             "<th>code in common</th><th>parts alike</th></tr>"]
+    for number, pair in enumerate(pairs, start=first):
         a, b = pair.students
-        parts = ", ".join(f"<code>{_e(p)}</code> {s:.2f}" for p, s in pair.parts.items()) or "none alone"
+        parts = ", ".join(f"<code>{_e(p)}</code> {c:.0%}" for p, c in pair.parts.items()) or "none"
         link = f"<a href='#pair-{number}'>{_e(a)} · {_e(b)}</a>" if number <= PAIRS_SHOWN else f"{_e(a)} · {_e(b)}"
-        lines.append(f"<tr><td>{number}</td><td>{link}</td><td>{pair.score:.2f}</td><td>{pair.shared:.0%}</td>"
-                     f"<td>{parts}</td></tr>")
+        lines.append(f"<tr><td>{number}</td><td>{link}</td><td>{pair.score:.1f}</td><td>{pair.one_pair_in:,.0f}</td>"
+                     f"<td>{pair.shared:.0%}</td><td>{parts}</td></tr>")
     return "\n".join(lines + ["</table>"])
 
 
@@ -643,11 +697,13 @@ def _unread(analysis: Analysis) -> str:
 
 def _side_by_side(analysis: Analysis) -> list[str]:
     out = []
-    for number, pair in enumerate(analysis.pairs[:PAIRS_SHOWN], start=1):
+    for number, pair in enumerate([*analysis.pairs, *analysis.near][:PAIRS_SHOWN], start=1):
         a, b = pair.students
-        out.append(f"<section class='pair' id='pair-{number}'><h3>{number}. {_e(a)} · {_e(b)}: score "
-                   f"{pair.score:.2f}, {pair.shared:.0%} of the code in common</h3>")
-        rest = [part for part in analysis.parts if part not in pair.parts]
+        below = " (below the threshold, not flagged)" if number > len(analysis.pairs) else ""
+        out.append(f"<section class='pair' id='pair-{number}'><h3>{number}. {_e(a)} · {_e(b)}{below}: evidence "
+                   f"{pair.score:.1f} (one pair in {pair.one_pair_in:,.0f}), {pair.shared:.0%} of the code in "
+                   "common</h3>")
+        rest = [part for part in analysis.compared if part not in pair.parts]
         out += [_part(analysis, a, b, part, True) for part in pair.parts]
         if rest:
             out.append("<details><summary>The other parts</summary>")
@@ -665,7 +721,8 @@ def _part(analysis: Analysis, a: str, b: str, part: str, matches: bool) -> str:
     score = analysis.units[part].scores[index[a], index[b]]
     left, right = marks(analysis, a, b, part)
     columns = [_column(analysis, student, part, lines) for student, lines in ((a, left), (b, right))]
-    heading = f"<h4><code>{_e(part)}</code>: {score:.2f}{' (matches)' if matches else ''}</h4>"
+    alike = f" (alike; {analysis.alike.get(part, 0.0):.1%} of the class's pairs are)" if matches else ""
+    heading = f"<h4><code>{_e(part)}</code>: {score:.0%} of the smaller side's counted code in common{alike}</h4>"
     return f"<div class='part'>{heading}<div class='columns'>{''.join(columns)}</div></div>"
 
 

@@ -100,17 +100,20 @@ def _add_similarity(commands: argparse._SubParsersAction) -> None:
     """``similarity ASSIGNMENT``: the options of :func:`autograder.instructor.similarity.similarity_page`."""
     alike = commands.add_parser(
         "similarity", help="after grading: which submissions share code beyond what the exercise gives",
-        description="Compare every pair of notebooks handed in (read as text, never run), with the released "
-                    "notebook's code and code most of the class shares set aside, rarer code counting more; write "
-                    "grades/similarity-ASSIGNMENT.html, the flagged pairs side by side. A flag is a reason to look, "
-                    "not a verdict; nothing changes a grade.")
+        description="Compare every pair of notebooks handed in (read as text, never run), statement by statement, "
+                    "with the released notebook's code and code most of the class shares set aside; a pair is "
+                    "flagged when the parts the two hand in alike are together rarer, by the class's own answers, "
+                    "than chance explains in a class of its size. Writes grades/similarity-ASSIGNMENT.html, the "
+                    "flagged pairs side by side. A flag is a reason to look, not a verdict; nothing changes a grade.")
     alike.add_argument("assignment", help="assignment id or number, e.g. 04_multihead")
     alike.add_argument("--course-dir", type=Path, default=Path("."), help="nbgrader course directory (default: .)")
     alike.add_argument("--threshold", type=float, default=None,
-                       help="flag pairs whose notebook score (0 to 1) is at least this (default: the module's "
-                            "THRESHOLD, chosen with benchmarks/similarity.py)")
+                       help="flag pairs whose evidence (nats: their alike parts met together by one pair in "
+                            "e**THRESHOLD of the class) is at least this (default: ln(pairs / 2), 10.0 for 300 "
+                            "students; lower finds more, and flags more honest pairs)")
     alike.add_argument("--json", action="store_true",
-                       help="print the flagged pairs as JSON (students, score, shared, parts) instead of a summary")
+                       help="print the flagged pairs as JSON (students, score, one_pair_in, shared, parts) instead of a "
+                            "summary")
     alike.add_argument("--output", type=Path, default=None,
                        help="where to write the page (default: grades/similarity-ASSIGNMENT.html)")
 
