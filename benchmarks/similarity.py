@@ -1,7 +1,7 @@
 """Does ``python -m autograder similarity`` find disguised copies, and flag how many honest pairs?
 
     .venv/bin/python benchmarks/similarity.py [--assignment 04_multihead] [--students 300] [--seed 0]
-                                             [--copies 0.1] [--threshold T]
+        [--copies 0.1] [--threshold T] [--identical-writers] [--shared-mistakes]
 
 Builds a measured class of ``--students`` notebooks of one assignment in a temporary course folder
 (``submitted/``, and the released notebook where the course's config puts it), runs
@@ -12,41 +12,32 @@ pair scored, the page written), and prints what it found against what was made.
 part's independent answers: the solution notebook's, the catalogue's right answer
 (``tests/catalogue_chNN.py`` ``CORRECT``, written differently from the reference) and the
 grader's reference (``autograder/reference/chNN_*.py``), each with the helpers it calls; with
-probability 0.2 one of the catalogue's wrong answers to that part instead (an honest mistake),
-and with 0.05 the released stub (a part left blank).
+probability 0.2 one of the catalogue's wrong answers to that part instead (an honest mistake; each
+goes to one student only, as a mistake written in an odd way of its own is: two students who write
+the same one the same way are what the command is for; ``--shared-mistakes`` hands them out freely),
+and with 0.05 the released stub (a part left blank). Then each student writes what they drew
+(:func:`written`): at every place where people write the same step differently (``x.size(-1)`` or
+``x.shape[-1]``, ``@`` or ``torch.matmul``, ``.mT`` or ``.transpose(-2, -1)``, a result named or
+returned at once: :data:`CHOICES`), one way drawn for that place alone. Three answers per part are
+few next to a real class, where no two students write the same twelve lines; without these choices
+(``--identical-writers``), two honest students who draw the same answers hand in the same code.
 
 **Copies.** A share ``--copies`` of the class copies an honest student, disguised as a copier
 would: local variables renamed (through ``ast``), independent statements next to each other
 swapped, the code laid out again by ``ast.unparse`` (comments dropped, spacing and parentheses
 changed), comments and blank lines added, and one answered part rewritten (replaced by another
-of that part's answers). A third of the copies copy another copy in the same way (a copy of a
-copy: one more part rewritten).
+of that part's answers, written by the copier). A third of the copies copy another copy in the
+same way (a copy of a copy: one more part rewritten).
 
 **What is printed.** Students, copies, pairs; recall (every direct copy pair found? those missed,
 named), the copy pairs found through a copy of a copy, the honest pairs flagged (false positives)
-and their rate, precision; and, since each part has few answers to draw from, how many pairs that
-are not copies hand in the same answer on k of the n parts by construction, and how many of those
-are flagged: two honest students who drew the same answers on every part are identical, and a
-flag on them is right about the code, whatever the benchmark calls it. Then a sweep of
-thresholds, and the time the analysis took.
+and their rate, precision; how many pairs that are not copies hand in answers of one lineage on k
+of the n parts by construction, and how many of those are flagged; a sweep of thresholds (evidence,
+in nats), and the time the analysis took.
 
-**The default threshold** (``similarity.THRESHOLD``) follows from this rule, fixed before
-measuring: run 03_masking, 04_multihead and 05_positional_encoding with 300 students, seed 0;
-take the highest threshold, on a grid of 0.05, at which every direct copy pair of all three is
-still flagged (recall 1: missing a copy is the costlier mistake, and a higher threshold then
-only drops honest flags), and go one step (0.05) below it, as a margin for copies disguised
-more than these. The same threshold serves every assignment. Measured (seed 0, 300 students, 30
-copies each): every direct copy is flagged up to 0.50 on 04, 0.45 on 03, 0.40 on 05; so 0.35.
-
-**How to read the honest flags.** Each part has three independent right answers here (and wrong
-ones mostly built on the catalogue's right one), so two honest students hand in code of one
-lineage on a third of the parts on average, and on half of the notebook or more in about one pair
-in five: their code is then identical there, by construction, and flagging them is right about
-the code. The script prints the pairs that are not copies by how many parts, and by how much of
-the smaller notebook's code, they share by construction, with how many of each are flagged: read
-the false-positive rate on those that share little (under a quarter of their code: 0.7 to 7 % of
-them flagged at 0.35), not on the whole. In a real class, honest notebooks are not drawn from
-three answers per part.
+**The threshold** is the command's own: ``ln(pairs / 2)``, 10.0 for 300 students (the module
+docstring of ``autograder/instructor/similarity.py`` says why), not fitted to this class; the sweep
+shows what another would find.
 """
 
 from __future__ import annotations
@@ -58,6 +49,7 @@ import importlib
 import inspect
 import json
 import random
+import re
 import sys
 import tempfile
 import time
@@ -69,12 +61,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from autograder.instructor.similarity import THRESHOLD, groups, similarity  # noqa: E402
+from autograder.instructor.similarity import groups, similarity  # noqa: E402
 
 #: The chance that an honest student's part is one of the catalogue's wrong answers, or the blank stub.
 WRONG_SHARE, BLANK_SHARE = 0.2, 0.05
 BLANK = "blank"
-THRESHOLDS = [round(0.25 + 0.05 * i, 2) for i in range(15)]
+THRESHOLDS = [6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0, 13.0, 14.0]
 #: Names a copier gives to renamed locals.
 WORDS = ["tmp", "val", "res", "out", "acc", "buf", "aux", "cur", "data", "item", "thing", "stuff", "z", "w", "q2"]
 COMMENTS = ["# compute it", "# TODO check shapes", "# the main step", "# as in the lecture", "# helper",
@@ -221,27 +213,83 @@ class Student:
     rewritten: list[str] = field(default_factory=list)
 
 
-def honest(name: str, answers: tuple, blank: dict[str, str], draw: random.Random) -> Student:
-    """Each part drawn on its own: blank, a wrong answer, or one of the right ones."""
+#: The small choices two people who write the same answer make differently, each drawn on its own at every place
+#: it can be made: ``(pattern, the ways to write what it matches)``. They change the tokens, which renaming,
+#: comments and layout do not; a copier copies them with the code.
+CHOICES = [
+    (r"\b([A-Za-z_][\w.]*)\.size\((-?\d+)\)", [r"\1.size(\2)", r"\1.shape[\2]"]),  # one axis's length
+    (r"\b([A-Za-z_][\w.]*)\.shape\[(-?\d+)\]", [r"\1.size(\2)", r"\1.shape[\2]"]),
+    (r"\b([A-Za-z_]\w*) @ ([A-Za-z_]\w*(?:\.mT\b|\.transpose\(-[12], -[12]\))?)",
+     [r"\1 @ \2", r"torch.matmul(\1, \2)"]),  # a product of matrices
+    (r"\.mT\b|\.transpose\(-2, -1\)|\.transpose\(-1, -2\)", [".mT", ".transpose(-2, -1)", ".transpose(-1, -2)"]),
+    (r"math\.sqrt\(([^()]*(?:\([^()]*\))?[^()]*)\)", [r"math.sqrt(\1)", r"(\1) ** 0.5"]),  # a square root
+    (r"-math\.inf\b|float\(['\"]-inf['\"]\)|-torch\.inf\b", ["-math.inf", "float('-inf')", "-torch.inf"]),
+    (r"\.softmax\((?:dim=)?-1\)", [".softmax(-1)", ".softmax(dim=-1)"]),
+    (r"torch\.softmax\(([\w.]+), dim=-1\)", [r"torch.softmax(\1, dim=-1)", r"\1.softmax(dim=-1)"]),
+    (r"\.(sum|mean|cumsum|argmax)\((?:dim=)?(-?\d+)", [r".\1(dim=\2", r".\1(\2"]),  # an axis named or not
+    (r"\.reshape\(", [".reshape(", ".view("]),
+    (r"\bnan=0\.0\b", ["nan=0.0", "nan=0"]),
+    (r"\b([A-Za-z_]\w*)\.unsqueeze\(-1\)", [r"\1.unsqueeze(-1)", r"\1[..., None]"]),  # a new last axis
+    (r"\b([A-Za-z_]\w*)\.unsqueeze\(0\)", [r"\1.unsqueeze(0)", r"\1[None]"]),
+    (r"\b([A-Za-z_]\w*)\.unsqueeze\(1\)", [r"\1.unsqueeze(1)", r"\1[:, None]"]),
+    (r"\.float\(\)", [".float()", ".to(torch.float32)"]),
+    (r"\.contiguous\(\)\.view\(|\.reshape\(", [".contiguous().view(", ".reshape("]),
+    (r"torch\.cat\(\[([^\[\]]+)\], dim=(-?\d+)\)", [r"torch.cat([\1], dim=\2)", r"torch.cat((\1), \2)"]),
+    (r"\blen\(([A-Za-z_]\w*)\)", [r"len(\1)", r"\1.shape[0]"]),
+    (r"torch\.arange\(([A-Za-z_]\w*)([,)])", [r"torch.arange(\1\2", r"torch.arange(0, \1\2"]),
+    (r"~([A-Za-z_]\w*)\b(?!\s*[.(\[])", [r"~\1", r"\1.logical_not()", r"(\1 == 0)"]),  # a mask negated
+    (r"(?<![\w.*/)\]] )(?<![\w.])([A-Za-z_]\w*) \* ([A-Za-z_]\w*)\b(?!\s*(?:\*\*|[.(\[]))",
+     [r"\1 * \2", r"\2 * \1"]),  # the factors of a product of two names
+    (r"torch\.(sin|cos|exp|log|sqrt|abs|tanh|sigmoid|relu)\(([A-Za-z_][\w.]*)\)",
+     [r"torch.\1(\2)", r"\2.\1()"]),  # a function of one tensor, or its method
+    (r"\b0::2\]", ["0::2]", "::2]"]),  # every other element, from the first
+    (r"torch\.(zeros|ones|empty)\(([^()=]+?), (dtype|device)=", [r"torch.\1(\2, \3=", r"torch.\1((\2), \3="]),
+    (r"dtype=torch\.float32\b|dtype=torch\.float\b", ["dtype=torch.float32", "dtype=torch.float"]),
+    (r"\.to\(([A-Za-z_][\w.]*)\.device\)", [r".to(\1.device)", r".to(device=\1.device)"]),
+    (r"(?m)^(\s*)([A-Za-z_]\w*) = ([\w.]+)\(([\w.]+\([^()]*\))(.*)\)$",  # a call's argument named first
+     [r"\1\2 = \3(\4\5)", r"\1inner = \4\n\1\2 = \3(inner\5)"]),
+    (r"(?m)^(\s*)return (\S.*[(@*/+].*)$", [r"\1return \2", r"\1result = \2\n\1return result"]),  # a result named
+]
+
+
+def written(code: str, draw: random.Random) -> str:
+    """``code`` as one student writes it: at each place where :data:`CHOICES` offers several ways, one drawn for
+    that place alone (the code unchanged where the outcome would not parse)."""
+    out = code
+    for pattern, ways in CHOICES:
+        out = re.sub(pattern, lambda match, ways=ways: match.expand(draw.choice(ways)), out)
+    try:
+        ast.parse(out)
+    except SyntaxError:
+        return code
+    return out
+
+
+def honest(name: str, answers: tuple, blank: dict[str, str], draw: random.Random, writers: bool = True,
+           unused: dict[str, list[str]] | None = None) -> Student:
+    """Each part drawn on its own: blank, a wrong answer, or one of the right ones, then written by this student
+    (:func:`written`; ``writers=False``: as drawn, so that two students who draw one answer hand in the same
+    code)."""
     right, wrong, lineage = answers
     choices, codes = {}, {}
     for part in right:
         roll = draw.random()
         if roll < BLANK_SHARE:
             choice, code = BLANK, blank[part]
-        elif roll < BLANK_SHARE + WRONG_SHARE and wrong[part]:
-            choice = draw.choice(sorted(wrong[part]))
+        elif roll < BLANK_SHARE + WRONG_SHARE and (unused[part] if unused is not None else wrong[part]):
+            choice = unused[part].pop() if unused is not None else draw.choice(sorted(wrong[part]))
             code = wrong[part][choice]
         else:
             choice = draw.choice(sorted(right[part]))
             code = right[part][choice]
-        choices[part], codes[part] = choice, code
+        choices[part], codes[part] = choice, written(code, draw) if writers and choice != BLANK else code
     return Student(name, choices, {p: lineage.get(c, c) for p, c in choices.items()}, codes,
                    {p: 0 if choices[p] == BLANK else len(code) for p, code in codes.items()})
 
 
-def copied(name: str, source: Student, answers: tuple, draw: random.Random) -> Student:
-    """``source``'s notebook disguised, one answered part rewritten with another of its answers."""
+def copied(name: str, source: Student, answers: tuple, draw: random.Random, writers: bool = True) -> Student:
+    """``source``'s notebook disguised, one answered part rewritten with another of its answers (written by the
+    copier, as an honest student writes one)."""
     right, wrong, lineage = answers
     choices, codes = dict(source.choices), {part: disguised(code, draw) for part, code in source.codes.items()}
     answered = [part for part, choice in choices.items() if choice != BLANK] or list(choices)
@@ -249,7 +297,7 @@ def copied(name: str, source: Student, answers: tuple, draw: random.Random) -> S
     others = {**right[part], **wrong[part]}
     options = sorted(v for v in others if v != choices[part]) or sorted(others)
     choices[part] = draw.choice(options)
-    codes[part] = disguised(others[choices[part]], draw)
+    codes[part] = disguised(written(others[choices[part]], draw) if writers else others[choices[part]], draw)
     sizes = {**source.sizes, part: len(others[choices[part]])}
     return Student(name, choices, {p: lineage.get(c, c) for p, c in choices.items()}, codes, sizes,
                    source=source.name, rewritten=[*source.rewritten, part])
@@ -335,18 +383,23 @@ def _commented(code: str, draw: random.Random) -> str:
     return "\n".join(out) + "\n"
 
 
-def the_class(assignment: str, students: int, copy_share: float, seed: int) -> tuple[list[Student], dict]:
+def the_class(assignment: str, students: int, copy_share: float, seed: int, writers: bool = True,
+              shared_mistakes: bool = False) -> tuple[list[Student], dict]:
     """Honest students, then copies of honest students and copies of copies; the released notebook."""
     draw = random.Random(seed)
     answers = variants(assignment)
     release = notebook(ROOT / "exercises", assignment)
     blank = {part: _text(cell) for part, cell in answer_cells(release).items()}
     copies = round(students * copy_share)
-    made = [honest(f"h{i:03d}", answers, blank, draw) for i in range(students - copies)]
+    unused = None  # each wrong answer once: the catalogue's mistakes are each written in one way of its own
+    if not shared_mistakes:
+        unused = {part: draw.sample(sorted(found), len(found)) for part, found in answers[1].items()}
+    made = [honest(f"h{i:03d}", answers, blank, draw, writers, unused) for i in range(students - copies)]
     of_copy = copies // 3
     originals = draw.sample(made, copies - of_copy)
-    firsts = [copied(f"c{i:03d}", source, answers, draw) for i, source in enumerate(originals)]
-    seconds = [copied(f"d{i:03d}", source, answers, draw) for i, source in enumerate(draw.sample(firsts, of_copy))]
+    firsts = [copied(f"c{i:03d}", source, answers, draw, writers) for i, source in enumerate(originals)]
+    seconds = [copied(f"d{i:03d}", source, answers, draw, writers)
+               for i, source in enumerate(draw.sample(firsts, of_copy))]
     return made + firsts + seconds, release
 
 
@@ -404,8 +457,8 @@ def measure(students: list[Student], scores: dict[frozenset, float], threshold: 
 
 
 def all_scores(analysis) -> dict[frozenset, float]:
-    """The notebook score of every pair with a score above 0."""
-    matrix = analysis.units["(notebook)"].scores
+    """The evidence of every pair with some (:attr:`Pair.score`)."""
+    matrix = analysis.evidence()
     names = analysis.students
     return {frozenset((names[i], names[j])): float(matrix[i, j]) for i, j in combinations(range(len(names)), 2)
             if matrix[i, j] > 0}
@@ -442,9 +495,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--students", type=int, default=300)
     parser.add_argument("--copies", type=float, default=0.1, help="share of the class that copies (default 0.1)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threshold", type=float, default=THRESHOLD)
+    parser.add_argument("--threshold", type=float, default=None, help="evidence, in nats (default: the command's)")
+    parser.add_argument("--shared-mistakes", action="store_true",
+                        help="the catalogue's wrong answers may go to several honest students, as written (by default "
+                             "each goes to one: two students who write the same odd mistake the same way are what the "
+                             "command is for)")
+    parser.add_argument("--identical-writers", action="store_true",
+                        help="honest students hand in the answers they draw as written in the repository, without "
+                             "the small choices each makes (two who draw the same answers hand in the same code)")
     args = parser.parse_args(argv)
-    students, release = the_class(args.assignment, args.students, args.copies, args.seed)
+    students, release = the_class(args.assignment, args.students, args.copies, args.seed, not args.identical_writers,
+                                  args.shared_mistakes)
     with tempfile.TemporaryDirectory(prefix="similarity-bench-") as directory:
         course = write_course(Path(directory), args.assignment, students, release)
         began = time.perf_counter()
@@ -461,10 +522,11 @@ def report(args, students: list[Student], analysis, analysed: float, seconds: fl
     scores = all_scores(analysis)
     direct, related = copy_pairs(students)
     copies = sum(s.source is not None for s in students)
+    args.threshold = analysis.threshold
     result = measure(students, scores, args.threshold)
     print(f"{args.assignment}: {len(students)} students ({copies} copies, {copies // 3 if copies else 0} of them "
           f"of a copy), {len(students) * (len(students) - 1) // 2} pairs, {len(analysis.parts)} parts, seed {args.seed}")
-    print(f"threshold {args.threshold:.2f}: recall {result['recall']:.0%} of {len(direct)} direct copy pairs"
+    print(f"threshold {args.threshold:g}: recall {result['recall']:.0%} of {len(direct)} direct copy pairs"
           + (f"; missed: {result['missed']}" if result["missed"] else " (none missed)"))
     through = related - direct
     found = {p for p in through if scores.get(p, 0.0) >= args.threshold}
@@ -473,14 +535,14 @@ def report(args, students: list[Student], analysis, analysed: float, seconds: fl
     print(f"  honest pairs flagged: {result['honest flagged']} of {result['honest pairs']} "
           f"({result['honest rate']:.3%}); precision {result['precision']:.1%} ({result['flagged']} flagged)")
     lowest = min((scores.get(p, 0.0) for p in direct), default=0.0)
-    print(f"  lowest direct copy score {lowest:.3f}; highest honest score "
-          f"{max((s for p, s in scores.items() if p not in related), default=0.0):.3f}")
+    print(f"  lowest direct copy evidence {lowest:.1f}; highest honest evidence "
+          f"{max((s for p, s in scores.items() if p not in related), default=0.0):.1f}")
     print("  pairs that are not copies, by construction:")
     print("\n".join(by_construction(students, related, {p for p, s in scores.items() if s >= args.threshold})))
     print("  threshold  recall  honest flagged  rate     precision")
     for threshold in THRESHOLDS:
         row = measure(students, scores, threshold)
-        print(f"  {threshold:9.2f}  {row['recall']:6.0%}  {row['honest flagged']:14d}  {row['honest rate']:7.3%}  "
+        print(f"  {threshold:9.1f}  {row['recall']:6.0%}  {row['honest flagged']:14d}  {row['honest rate']:7.3%}  "
               f"{row['precision']:8.1%}")
     print(f"time: {analysed:.1f} s to read and compare {len(students)} notebooks, {seconds:.1f} s with the page "
           f"({size / 1e6:.1f} MB)")
