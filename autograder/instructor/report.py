@@ -598,6 +598,7 @@ def _assignment_section(assignment: Assignment, roster: list[str], figures, link
     out += ["<h3>What went wrong with grading</h3>", _trouble(section)]
     out += ["<h3>Time</h3>", *_time(assignment, figures)]
     out += ["<h3>Scores set by hand</h3>", _overrides_table(section, overrides(assignment))]
+    out += _similar(section)
     out += _students_table(section, totals)
     out += _answers_of_groups(section, groups)
     out += _statements(section)
@@ -670,6 +671,35 @@ def _answers_of_groups(section: _Section, groups: list[Group]) -> list[str]:
         if len(group.students) > NAMES_SHOWN:
             out.append(f"<p>and {len(group.students) - NAMES_SHOWN} more</p>")
         out.append("</div>")
+    return out
+
+
+#: The most flagged pairs of the similarity page the report lists (the page lists them all).
+SIMILAR_SHOWN = 10
+
+
+def _similar(section: _Section) -> list[str]:
+    """Which submissions share code beyond the release: ``similarity.py``'s analysis, its page written beside the
+    report, its strongest pairs listed with links into it. Nothing here changes a grade."""
+    from . import similarity
+
+    out = ["<h3>Answers that look copied</h3>"]
+    name, root = section.assignment.name, section.links.course.root
+    try:
+        analysis = similarity.similarity(name, course_dir=root)
+    except (FileNotFoundError, ValueError) as error:
+        return out + [f"<p>Not compared: {_e(error)}</p>"]
+    page = section.links.href(similarity.write_page(analysis, similarity.page_path(root, name)))
+    out.append(f"<p>{len(analysis.pairs)} pairs of the {len(analysis.students)} notebooks flagged, by "
+               f"<code>python -m autograder similarity {_e(name)}</code>: <a href='{_e(page)}'>the pairs side by "
+               "side</a>. A flag is a reason to look, not a verdict; it changes no grade.</p>")
+    if analysis.pairs:
+        out.append("<table><tr><th>students</th><th>evidence</th><th>parts alike</th></tr>")
+        for number, pair in enumerate(analysis.pairs[:SIMILAR_SHOWN], start=1):
+            parts = ", ".join(f"<code>{_e(part)}</code>" for part in pair.parts)
+            out.append(f"<tr><td><a href='{_e(page)}#pair-{number}'>{_e(pair.students[0])} · "
+                       f"{_e(pair.students[1])}</a></td><td>{pair.score:.1f}</td><td>{parts}</td></tr>")
+        out.append("</table>")
     return out
 
 

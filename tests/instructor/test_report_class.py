@@ -7,9 +7,11 @@ refused, every figure drawn and every table there. Its screenshots are the figur
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import unquote
 
 import pytest
 
@@ -167,6 +169,10 @@ def test_each_catalogued_mistake_is_a_group_of_its_own(tmp_path):
     text = page.read_text(encoding="utf-8")
     for group in groups:
         assert f"{len(group.students)} ({group.share:.0%})" in text
+    files = [link.split("#")[0] for link in re.findall(r"href='([^'#][^']*)'", text)]
+    assert f"similarity-{A}.html" in files, "the report does not link the similarity page"
+    missing = [link for link in files if not (page.parent / unquote(link)).is_file()]
+    assert not missing, f"links to files that are not there: {missing[:3]}"
     _open_offline(page)
 
 
