@@ -85,3 +85,21 @@ def test_figures_are_light_svgs_of_a_page_width(built_book):
             assert figure.stat().st_size < 200_000, f"{chapter}: {source} weighs {figure.stat().st_size} bytes"
             width = re.search(r'<svg[^>]*\bwidth="([\d.]+)pt"', figure.read_text())
             assert width and float(width.group(1)) <= 8.5 * 72, f"{chapter}: {source} is wider than the page"
+
+
+def test_every_image_says_what_it_shows_in_the_pages_language(built_book):
+    """Each image of both editions' chapters, data plots and schematic figures alike, has alt text of its own
+    (``_ext/figure_alt.py``, the figures' ``:alt:``), in the page's language, and never its file's path."""
+    cjk = re.compile(r"[\u4e00-\u9fff]")
+    for folder, language in ((built_book / "book", "en"), (built_book / "zh" / "book", "zh")):
+        for chapter in chapters():
+            page = (folder / f"{chapter}.html").read_text(encoding="utf-8")
+            images = re.findall(r"<img[^>]*>", page)
+            assert images, f"{language} {chapter}: no image"
+            for image in images:
+                alt = html.unescape((re.search(r'\balt="([^"]*)"', image) or [None, ""])[1])
+                source = re.search(r'\bsrc="([^"]*)"', image)[1]
+                where = f"{language} {chapter}: {source}"
+                assert len(alt.split()) >= 8 or len(alt) >= 30, f"{where}: alt text {alt!r}"
+                assert "_images" not in alt and not alt.endswith((".svg", ".png")), f"{where}: its path as alt text"
+                assert bool(cjk.search(alt)) == (language == "zh"), f"{where}: alt text not in the page's language"
