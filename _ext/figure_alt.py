@@ -49,7 +49,7 @@ def give_alt_text(app: Sphinx, doctree: nodes.document, docname: str) -> None:
     if len(images) != len(texts):
         log.warning(f"{docname}: {len(images)} images drawn by its code, {len(texts)} alt texts in {TABLE} "
                     "(one per image, in the order the page shows them)", location=docname)
-    for image, text in zip(images, texts):
+    for image, text in zip(images, texts, strict=False):  # warned above when they differ
         image["alt"] = text
     for image in images[len(texts):]:
         image["alt"] = ""  # warned above; never the file's path
