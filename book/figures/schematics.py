@@ -50,6 +50,8 @@ CJK_FONT = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
 QUERY, KEY, VALUE = "#0072B2", "#E69F00", "#009E73"
 OUTPUT, ACCENT, MUTED = "#CC79A7", "#D55E00", "#BBBBBB"
 INK, PAPER = "#222222", "#FFFFFF"
+#: Every label's size is multiplied by this: a figure is shrunk to a phone's width, and its words must stay readable.
+FONT_SCALE = 1.25
 
 
 class Labels:
@@ -82,7 +84,7 @@ class Canvas:
         """``words`` centred at ``(x, y)`` (``ha``/``va`` to change that); ``$…$`` is drawn as math."""
         options = {"ha": "center", "va": "center", **options}
         font = self.font.copy()
-        font.set_size(size)
+        font.set_size(size * FONT_SCALE)
         self.ax.text(x, y, words, color=color, fontproperties=font, **options)
 
     def box(self, x: float, y: float, w: float, h: float, color: str, words: str = "", fill: float = 0.18,
@@ -207,17 +209,17 @@ def heads(c: Canvas, say: Labels) -> None:
     """Chapter 4: the projected queries split into heads, each head attends on its own, the heads merged."""
     c.box(0.3, 2.6, 1.2, 2.8, QUERY, "$X$")
     c.text(0.9, 2.2, "$(n, d_\\mathrm{model})$", size=9)
-    c.box(2.2, 3.45, 1.4, 1.1, MUTED, "$W_q, W_k, W_v$", fill=0.25, size=8.5)
-    c.arrow((1.5, 4.0), (2.2, 4.0))
+    c.box(1.95, 3.45, 2.1, 1.1, MUTED, "$W_q, W_k, W_v$", fill=0.25, size=8.5)
+    c.arrow((1.5, 4.0), (1.95, 4.0))
     colors = [QUERY, KEY, VALUE, OUTPUT]
     for g, color in enumerate(colors):
         y = 6.1 - g * 1.55
-        c.box(4.6, y, 0.8, 1.1, color, f"$g{{=}}{g + 1}$", fill=0.3, size=8)
-        c.arrow((3.6, 4.0), (4.6, y + 0.55), color=MUTED, width=1.0)
+        c.box(4.6, y, 1.1, 1.1, color, f"$g{{=}}{g + 1}$", fill=0.3, size=8)
+        c.arrow((4.05, 4.0), (4.6, y + 0.55), color=MUTED, width=1.0)
         c.box(6.3, y, 2.2, 1.1, color, say("attention"), fill=0.12, size=9)
-        c.arrow((5.4, y + 0.55), (6.3, y + 0.55))
+        c.arrow((5.7, y + 0.55), (6.3, y + 0.55))
         c.arrow((8.5, y + 0.55), (9.4, 4.0), color=MUTED, width=1.0)
-    c.text(5.0, 7.65, say("split"), size=10)
+    c.text(5.15, 7.65, say("split"), size=10)
     c.text(7.4, 7.65, say("per head"), size=10)
     c.text(10.1, 7.65, say("merge"), size=10)
     c.box(9.4, 2.6, 1.4, 2.8, MUTED, say("concat"), fill=0.12, size=9)
@@ -324,7 +326,7 @@ def beam_tree(c: Canvas, say: Labels) -> None:
               fill=0.3 if alive else 0.08, size=10, text_color=INK if alive else "#888888")
         if token in scores:
             c.text(x, y - 0.7, f"{scores[token]:.1f}", size=8.5, color=INK if alive else "#888888")
-    c.text(0.9, 0.35, say("legend"), size=9.5, ha="left", color="#555555")
+    c.text(0.9, 0.55, say("legend"), size=9.5, ha="left", color="#555555", linespacing=1.4)
 
 
 def kv_cache(c: Canvas, say: Labels) -> None:
@@ -393,7 +395,7 @@ FIGURES: dict[str, tuple[Callable[[Canvas, Labels], None], float, float]] = {
     "rotation": (rotation, 13.0, 7.4),
     "block": (block, 12.0, 11.8),
     "online-softmax": (online_softmax, 12.6, 7.8),
-    "beam-tree": (beam_tree, 13.4, 8.4),
+    "beam-tree": (beam_tree, 14.0, 8.4),
     "kv-cache": (kv_cache, 14.2, 8.2),
     "shared-heads": (shared_heads, 12.6, 7.0),
     "rolling-buffer": (rolling_buffer, 12.4, 7.6),
