@@ -20,7 +20,6 @@ assignments, a students × assignments table of totals comes first.
 from __future__ import annotations
 
 import base64
-import html
 import importlib
 import json
 import os
@@ -38,6 +37,8 @@ from ..judge import KNOWN_MISTAKE
 from ..parts import ArgumentCheck
 from .grade import read_state
 from .gradebook import Course, GradebookError, has_gradebook, manual_scores, read_csv, student_ids
+from .pages import document, write
+from .pages import escape as _e
 
 #: Statuses of a wrong answer: the judge rejected what the submission's code did.
 WRONG = (PartStatus.FAILED, PartStatus.ERROR)
@@ -125,14 +126,14 @@ class Assignment:
         """Handed in, yet without grades: the grader failed on them (``grade`` says why; run it again)."""
         return sorted(set(self.submitted) - set(self.graded))
 
-    #: the parts in the assignment's order (its source notebook's test cells), where known
-    order: list[str] = field(default_factory=list)
+    #: ``{test grade id: its statement and answer cells}``, in the source notebook's order, where it is known
+    texts: dict[str, PartText] = field(default_factory=dict)
 
     @property
     def parts(self) -> list[str]:
         """The graded parts, in the assignment's order; those it does not know, as the grades table has them."""
         found = list(dict.fromkeys(row.part for row in self.rows))
-        return [part for part in self.order if part in found] + [part for part in found if part not in self.order]
+        return [part for part in self.texts if part in found] + [part for part in found if part not in self.texts]
 
     @property
     def max_total(self) -> float:
@@ -179,7 +180,7 @@ def load(course: Course, name: str) -> Assignment:
             if row is not None and isinstance(result.get("returned"), str):
                 row.returned = result["returned"]
     assignment.time_limits = _time_limits(name)
-    assignment.order = list(Links(course, course.root).part_texts(name))
+    assignment.texts = Links(course, course.root).part_texts(name)
     assignment.argument_parts = _argument_parts(name, assignment.parts)
     assignment.renamed = _renamed(course, name, assignment.submitted)
     return assignment
@@ -397,12 +398,7 @@ def report(assignments: list[str], *, course_dir: str | Path = ".", output: str 
                     {s for a in loaded for s in a.graded})
     path = Path(output) if output is not None else course.root / "grades" / (
         "report-" + "+".join(a.name for a in loaded) + ".html")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    page = _page(loaded, roster, Links(course, path.parent.resolve()))
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(page, encoding="utf-8")
-    partial.replace(path)
-    return path
+    return write(path, _page(loaded, roster, Links(course, path.parent.resolve())))
 
 
 # --------------------------------------------------------------------------------------
@@ -507,7 +503,7 @@ def _page(assignments: list[Assignment], roster: list[str], links: Links) -> str
         body += _across(assignments, roster, figures)
     for assignment in assignments:
         body += _assignment_section(assignment, roster, figures, links)
-    return _HTML.format(title=_e(title), style=_STYLE, body="\n".join(body))
+    return document(title, _STYLE, "\n".join(body))
 
 
 def _across(assignments: list[Assignment], roster: list[str], figures) -> list[str]:
@@ -563,7 +559,7 @@ def _counts(assignment: Assignment, missing: list[str]) -> str:
 def _assignment_section(assignment: Assignment, roster: list[str], figures, links: Links) -> list[str]:
     totals = assignment.totals()
     missing = [s for s in roster if s not in assignment.submitted and s not in totals]
-    section = _Section(assignment, links.part_texts(assignment.name), links)
+    section = _Section(assignment, assignment.texts, links)
     out = [f"<h2 id='{_e(_anchor(assignment.name))}'>{_e(assignment.name)}</h2>",
            f"<p class='counts'>{_counts(assignment, missing)}</p>"]
     if assignment.blank or assignment.did_not_run:
@@ -801,8 +797,6 @@ def _figure(png: bytes, caption: str) -> str:
     return f"<figure><img alt='' src='data:image/png;base64,{data}'><figcaption>{caption}</figcaption></figure>"
 
 
-def _e(text: str) -> str:
-    return html.escape(str(text), quote=True)
 
 
 _STYLE = """
@@ -818,13 +812,4 @@ tr.sub td:first-child { padding-left: 1.6rem; } a { color: #0060a0; }
 pre.code { background: #f6f8fa; padding: .4rem .6rem; max-width: 60rem; border: 1px solid #e3e6ea; }
 .answers, .statement { border-left: 3px solid #0072B2; padding-left: .8rem; margin: 1rem 0; }
 :target { outline: 2px solid #E69F00; }
-"""
-
-_HTML = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<style>{style}</style></head>
-<body>
-{body}
-</body></html>
 """

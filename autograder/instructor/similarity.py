@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import ast
 import copy
-import html
 import json
 import math
 import re
@@ -65,6 +64,8 @@ from copydetect.utils import filter_code, hashed_kgrams
 from scipy import sparse
 
 from .gradebook import Course
+from .pages import document, write
+from .pages import escape as _e
 
 #: The unit of the whole notebook's code, beside the parts (grade ids).
 NOTEBOOK = "(notebook)"
@@ -598,12 +599,7 @@ def given_lines(analysis: Analysis, student: str, part: str) -> set[int]:
 
 def write_page(analysis: Analysis, path: str | Path) -> Path:
     """Write the page of ``analysis`` at ``path`` (whole, or not at all); its path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(page(analysis), encoding="utf-8")
-    partial.replace(path)
-    return path
+    return write(Path(path), page(analysis))
 
 
 def page(analysis: Analysis) -> str:
@@ -615,7 +611,7 @@ def page(analysis: Analysis) -> str:
             "<h2 id='near'>Below the threshold</h2>", _near(analysis),
             "<h2 id='groups'>Groups</h2>", _groups(analysis), _unread(analysis),
             "<h2 id='side-by-side'>Side by side</h2>", _LEGEND, *_side_by_side(analysis)]
-    return _HTML.format(title=_e(title), style=_STYLE, body="\n".join(part for part in body if part))
+    return document(title, _STYLE, "\n".join(part for part in body if part))
 
 
 _NOTICE = ("<div class='notice'><p><strong>A flag is a reason to look, not a verdict.</strong> Two students may "
@@ -739,8 +735,6 @@ def _column(analysis: Analysis, student: str, part: str, shared: set[int]) -> st
             f"<pre class='code'>{''.join(rows)}</pre></div>")
 
 
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
 
 
 _STYLE = """
@@ -761,13 +755,4 @@ pre.code { margin: 0; font-size: .8rem; line-height: 1.35; background: #fafafa; 
 .no { display: inline-block; width: 2.2rem; color: #aaa; user-select: none; }
 section.pair { border-top: 1px solid #ccc; margin-top: 1.5rem; }
 summary { cursor: pointer; color: #0072B2; margin: .8rem 0; }
-"""
-
-_HTML = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<style>{style}</style></head>
-<body>
-{body}
-</body></html>
 """
