@@ -9,8 +9,8 @@ their labels, or when a figure is placed without alt text, caption or a referenc
 
 from __future__ import annotations
 
-import importlib.util
 import re
+import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -19,19 +19,15 @@ import yaml
 
 from course import ROOT
 
+sys.path.insert(0, str(ROOT / "_ext"))
+from schematic_figures import schematics  # the drawing module, loaded as the build loads it
+
 BOOKS = {"en": ROOT / "book", "zh": ROOT / "zh" / "book"}
 CHAPTERS = sorted(p.stem for p in (ROOT / "book").glob("0[1-9]_*.md"))
 CJK = re.compile(r"[\u4e00-\u9fff]")
 # A schematic figure as a page places it: the directive, its options, its caption.
 FIGURE = re.compile(r"^```\{figure\} figures/(?P<file>[\w-]+)\.svg\n(?P<options>(?::[\w-]+:[^\n]*\n)+)\n"
                     r"(?P<caption>[\s\S]*?)\n```", re.MULTILINE)
-
-
-def schematics():
-    spec = importlib.util.spec_from_file_location("course_schematics", ROOT / "book" / "figures" / "schematics.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def placed(language: str, chapter: str) -> list[dict[str, str]]:
@@ -120,7 +116,7 @@ def test_the_alt_tables_describe_the_same_images_in_each_language():
     for page, texts in tables["en"].items():
         chinese = tables["zh"][page]
         assert len(texts) == len(chinese), f"{page}: {len(texts)} English alt texts, {len(chinese)} Chinese"
-        for english, zh in zip(texts, chinese):
+        for english, zh in zip(texts, chinese, strict=True):
             assert english.strip() and not CJK.search(english), f"{page}: {english!r}"
             assert CJK.search(zh), f"{page}: {zh!r} is not Chinese"
             assert not re.search(r"_images/|\.svg|\.png", english + zh), f"{page}: a file name as alt text"

@@ -194,29 +194,17 @@ def _difference(found, wanted, expected) -> str:
 def _open_offline(page: Path) -> None:
     """Open the report in Chromium with every request but the file refused: each figure drawn, the tables there;
     a screenshot of its first screen for the guide."""
-    from playwright.sync_api import sync_playwright
-
-    from browser import CHROMIUM, CHROMIUM_ARGS
+    from browser import offline_page
 
     refused = []
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-                          else (refused.append(route.request.url), route.abort("internetdisconnected")))
-            tab = context.new_page()
-            tab.goto(page.as_uri())
-            tab.wait_for_load_state("load")
-            images = tab.eval_on_selector_all("img", "all => all.map(i => [i.complete, i.naturalWidth])")
-            assert images and all(done and width > 100 for done, width in images), f"a figure is not drawn: {images}"
-            assert tab.locator("table").count() >= 2 and tab.locator("table.groups tr").count() > 10
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)  # the guide's two figures are these (book/instructors/)
-            tab.screenshot(path=str(SCREENSHOTS / "class-report.png"))
-            mistakes = tab.locator("table.groups").bounding_box()
-            tab.screenshot(path=str(SCREENSHOTS / "class-report-mistakes.png"), full_page=True,
-                           clip={"x": mistakes["x"] - 8, "y": mistakes["y"] - 8, "width": mistakes["width"] + 16,
-                                 "height": min(mistakes["height"], 720) + 8})
-        finally:
-            browser.close()
+    with offline_page(page, refused) as tab:
+        images = tab.eval_on_selector_all("img", "all => all.map(i => [i.complete, i.naturalWidth])")
+        assert images and all(done and width > 100 for done, width in images), f"a figure is not drawn: {images}"
+        assert tab.locator("table").count() >= 2 and tab.locator("table.groups tr").count() > 10
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)  # the guide's two figures are these (book/instructors/)
+        tab.screenshot(path=str(SCREENSHOTS / "class-report.png"))
+        mistakes = tab.locator("table.groups").bounding_box()
+        tab.screenshot(path=str(SCREENSHOTS / "class-report-mistakes.png"), full_page=True,
+                       clip={"x": mistakes["x"] - 8, "y": mistakes["y"] - 8, "width": mistakes["width"] + 16,
+                             "height": min(mistakes["height"], 720) + 8})
     assert not refused, f"the report asked the network for {refused}"

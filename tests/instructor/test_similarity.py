@@ -406,9 +406,7 @@ def test_the_course_is_read_as_nbgrader_lays_it_out(tmp_path):
 @pytest.mark.slow
 @pytest.mark.browser
 def test_the_page_reads_offline_with_the_pairs_side_by_side(tmp_path):
-    from playwright.sync_api import sync_playwright
-
-    from browser import CHROMIUM, CHROMIUM_ARGS
+    from browser import offline_page
 
     course = _course(tmp_path)
     result = subprocess.run([sys.executable, "-m", "autograder", "similarity", A, "--course-dir", str(course)],
@@ -417,30 +415,20 @@ def test_the_page_reads_offline_with_the_pairs_side_by_side(tmp_path):
     path = course / "grades" / f"similarity-{A}.html"
     assert f"similarity page: {path}" in result.stdout
     refused = []
-    with sync_playwright() as driver:
-        browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(viewport={"width": 1280, "height": 900})
-            context.route("**/*", lambda route: route.continue_() if route.request.url.startswith(("file:", "data:"))
-                          else (refused.append(route.request.url), route.abort("internetdisconnected")))
-            tab = context.new_page()
-            tab.goto(path.as_uri())
-            tab.wait_for_load_state("load")
-            found = similarity(A, course_dir=course)
-            assert tab.locator("#pairs + table.pairs tr").count() == 1 + len(found.pairs)
-            assert tab.locator("section.pair").count() == len(found.pairs) + len(found.near) == len(COPY_PAIRS)
-            first = tab.locator("section.pair").first
-            assert first.locator(".column").count() >= 4, "the two answers are not side by side"
-            assert first.locator(".line.shared").count() >= 6, "no shared lines marked"
-            assert first.locator(".line.given").count() >= 4, "the released lines are not told apart"
-            colour = first.locator(".line.shared").first.evaluate("e => getComputedStyle(e).backgroundColor")
-            assert colour not in ("rgba(0, 0, 0, 0)", "transparent"), "shared lines are not highlighted"
-            SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-            top = tab.locator("#pairs").bounding_box()  # the guide's figure: the pairs, then the first side by side
-            tab.screenshot(path=str(SCREENSHOTS / "similarity.png"), full_page=True,
-                           clip={"x": 0, "y": top["y"] - 12, "width": 1280, "height": 1150})
-        finally:
-            browser.close()
+    with offline_page(path, refused) as tab:
+        found = similarity(A, course_dir=course)
+        assert tab.locator("#pairs + table.pairs tr").count() == 1 + len(found.pairs)
+        assert tab.locator("section.pair").count() == len(found.pairs) + len(found.near) == len(COPY_PAIRS)
+        first = tab.locator("section.pair").first
+        assert first.locator(".column").count() >= 4, "the two answers are not side by side"
+        assert first.locator(".line.shared").count() >= 6, "no shared lines marked"
+        assert first.locator(".line.given").count() >= 4, "the released lines are not told apart"
+        colour = first.locator(".line.shared").first.evaluate("e => getComputedStyle(e).backgroundColor")
+        assert colour not in ("rgba(0, 0, 0, 0)", "transparent"), "shared lines are not highlighted"
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        top = tab.locator("#pairs").bounding_box()  # the guide's figure: the pairs, then the first side by side
+        tab.screenshot(path=str(SCREENSHOTS / "similarity.png"), full_page=True,
+                       clip={"x": 0, "y": top["y"] - 12, "width": 1280, "height": 1150})
     assert not refused, f"the page asked the network for {refused}"
 
 
